@@ -1,0 +1,142 @@
+"""Commits: immutable, content-addressed records of the whole repository's state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """Where one table's data lives at a commit: a Lance dataset, a branch of it and a version.
+
+    ``owner`` is the id of the graph-branch incarnation allowed to write that Lance branch; any other
+    branch forks it lazily on its first write."""
+
+    dataset: str
+    lance_branch: str
+    version: int
+    owner: str
+    primary_key: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "lance_branch": self.lance_branch,
+            "version": self.version,
+            "owner": self.owner,
+            "primary_key": list(self.primary_key),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "TableVersion":
+        return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]))
+
+    @property
+    def location(self) -> tuple[str, str, int]:
+        """(dataset, Lance branch, version): equal locations hold identical data."""
+        return (self.dataset, self.lance_branch, self.version)
+
+
+def format_time(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True, eq=False)
+class Commit:
+    """One published state of the repository. ``parents`` lists the destination first on merges."""
+
+    id: str
+    ulid: str
+    parents: tuple[str, ...]
+    actor: str
+    created_at: datetime
+    message: str
+    metadata: Mapping[str, str]
+    branch: str
+    generation: int
+    tables: Mapping[str, TableVersion] = field(repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Commit) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:10]
+
+    @property
+    def is_merge(self) -> bool:
+        return len(self.parents) > 1
+
+    def body(self) -> dict[str, Any]:
+        """The digested content: everything but the id."""
+        return {
+            "format": FORMAT,
+            "ulid": self.ulid,
+            "parents": list(self.parents),
+            "actor": self.actor,
+            "created_at": format_time(self.created_at),
+            "message": self.message,
+            "metadata": dict(sorted(self.metadata.items())),
+            "branch": self.branch,
+            "generation": self.generation,
+            "tables": {name: tv.to_json() for name, tv in sorted(self.tables.items())},
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, **self.body()}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Commit":
+        return cls(
+            id=doc["id"],
+            ulid=doc["ulid"],
+            parents=tuple(doc["parents"]),
+            actor=doc["actor"],
+            created_at=parse_time(doc["created_at"]),
+            message=doc["message"],
+            metadata=dict(doc.get("metadata", {})),
+            branch=doc["branch"],
+            generation=int(doc["generation"]),
+            tables={n: TableVersion.from_json(t) for n, t in doc.get("tables", {}).items()},
+        )
+
+    @classmethod
+    def build(cls, **fields: Any) -> "Commit":
+        """Create a commit and compute its id from its content."""
+        draft = cls(id="", **fields)
+        return cls(id=digest(draft.body()), **fields)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly description for the CLI."""
+        return {
+            "id": self.id,
+            "ulid": self.ulid,
+            "parents": list(self.parents),
+            "actor": self.actor,
+            "created_at": format_time(self.created_at),
+            "message": self.message,
+            "metadata": dict(self.metadata),
+            "branch": self.branch,
+            "generation": self.generation,
+            "tables": {n: {"lance_branch": t.lance_branch, "version": t.version, "dataset": t.dataset}
+                       for n, t in sorted(self.tables.items())},
+        }
+
+
+def digest(body: Mapping[str, Any]) -> str:
+    """SHA-256 over a canonical JSON encoding (sorted keys, no whitespace, parents in order)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()

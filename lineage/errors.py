@@ -1,0 +1,93 @@
+"""Typed errors of trimerge.
+
+Every error a user can provoke is a subclass of :class:`TrimergeError`, so callers can catch one
+type. ``retryable`` tells whether the same call may succeed if simply repeated after a refresh
+(a lost race); ``exit_code`` is what the CLI exits with.
+"""
+
+from __future__ import annotations
+
+
+class TrimergeError(Exception):
+    """Base of all trimerge errors."""
+
+    retryable: bool = False
+    exit_code: int = 2
+
+
+class InvalidNameError(TrimergeError, ValueError):
+    """A branch, tag or table name breaks a naming rule (the message names the rule)."""
+
+
+class RefSyntaxError(TrimergeError, ValueError):
+    """A ref expression or address does not parse."""
+
+
+class NotFoundError(TrimergeError, KeyError):
+    """Something named does not exist."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class RefNotFoundError(NotFoundError):
+    """No commit, branch, tag or id prefix matches a ref."""
+
+
+class NoSuchAncestorError(RefNotFoundError):
+    """A ``^N`` or ``~N`` step walks past the parents or the root of a commit."""
+
+
+class AmbiguousRefError(TrimergeError, ValueError):
+    """A commit-id prefix matches several commits; ``candidates`` lists them."""
+
+    def __init__(self, message: str, candidates: list[str] | tuple[str, ...] = ()):
+        super().__init__(message)
+        self.candidates = list(candidates)
+
+
+class BranchNotFoundError(RefNotFoundError):
+    """No branch of that name."""
+
+
+class TagNotFoundError(RefNotFoundError):
+    """No tag of that name."""
+
+
+class TableNotFoundError(NotFoundError):
+    """No table of that name at the ref."""
+
+
+class AlreadyExistsError(TrimergeError):
+    """A branch, tag or table of that name exists already."""
+
+
+class ReadOnlyRefError(TrimergeError):
+    """Writes go to branches only; a tag or commit id was given."""
+
+
+class SchemaMismatchError(TrimergeError, ValueError):
+    """Data does not fit the table's schema."""
+
+
+class PrimaryKeyError(TrimergeError, ValueError):
+    """Missing, null or duplicate primary-key values, or a bad key declaration."""
+
+
+class InvalidOperationError(TrimergeError, ValueError):
+    """The call is well-formed but not allowed in the repository's state."""
+
+
+class RepositoryNotFoundError(NotFoundError):
+    """No trimerge repository at that location."""
+
+
+class ConcurrentWriteError(TrimergeError):
+    """Another writer won a race; refresh and retry."""
+
+    retryable = True
+    exit_code = 3
+
+
+class DataReclaimedError(TrimergeError):
+    """A commit's table data was reclaimed by cleanup (its branch was deleted and nothing kept it)."""

@@ -1,0 +1,104 @@
+"""Validation of branch, tag and table names.
+
+Branch names follow the Lance branch spec's seven rules, tag names its five rules. On top of the
+spec we reject what pylance 14 accepts but then mishandles: segments that collide with Lance's own
+layout inside ``tree/`` (deleting branch ``x/data`` destroys branch ``x``'s data files), names that
+are unsafe as file names, and non-ASCII tag names (they break ``tags.list()`` for the whole
+dataset). Every error names the rule that was broken.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trimerge.lineage.errors import InvalidNameError
+
+MAIN = "main"
+#: Internal branches: hidden from listings, not creatable by users.
+SCHEMA_LOCK_BRANCH = "__schema_apply_lock__"
+INTERNAL_BRANCHES = frozenset({SCHEMA_LOCK_BRANCH})
+
+# Directory names Lance itself uses inside a dataset or branch directory.
+RESERVED_SEGMENTS = frozenset({"data", "_versions", "_deletions", "_transactions", "_indices", "_refs", "tree"})
+_SEGMENT_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+_TAG_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Longest name we allow: branch names become directory paths and tag names file names.
+MAX_NAME_LENGTH = 200
+
+
+def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
+    """Return ``name`` if it is a valid graph-branch name, else raise :class:`InvalidNameError`."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"branch name must be a string, not {type(name).__name__}")
+    if name == "":
+        raise InvalidNameError("invalid branch name '': rule 1: a branch name cannot be empty")
+    if name.startswith("/") or name.endswith("/"):
+        raise InvalidNameError(f"invalid branch name {name!r}: rule 2: cannot start or end with '/'")
+    if "//" in name:
+        raise InvalidNameError(f"invalid branch name {name!r}: rule 3: cannot contain consecutive '//'")
+    if ".." in name or "\\" in name:
+        raise InvalidNameError(f"invalid branch name {name!r}: rule 4: cannot contain '..' or '\\'")
+    for segment in name.split("/"):
+        if not segment.isascii() or not _SEGMENT_CHARS.match(segment):
+            raise InvalidNameError(
+                f"invalid branch name {name!r}: rule 5: segment {segment!r} may contain only ASCII letters, "
+                "digits, '.', '-' and '_'"
+            )
+    if name.endswith(".lock"):
+        raise InvalidNameError(f"invalid branch name {name!r}: rule 6: cannot end with '.lock'")
+    if name == MAIN:
+        raise InvalidNameError("invalid branch name 'main': rule 7: 'main' is reserved for the default branch")
+    for segment in name.split("/"):
+        if segment in RESERVED_SEGMENTS:
+            raise InvalidNameError(
+                f"invalid branch name {name!r}: segment {segment!r} collides with Lance's storage layout "
+                f"(reserved: {', '.join(sorted(RESERVED_SEGMENTS))})"
+            )
+        if segment in (".",) or segment.startswith(".") or segment.endswith("."):
+            raise InvalidNameError(
+                f"invalid branch name {name!r}: segment {segment!r} cannot start or end with '.' "
+                "(hidden or unsafe on a filesystem)"
+            )
+        if segment.endswith(".lock"):
+            raise InvalidNameError(f"invalid branch name {name!r}: segment {segment!r} cannot end with '.lock'")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidNameError(f"invalid branch name: longer than {MAX_NAME_LENGTH} characters")
+    if name in INTERNAL_BRANCHES or (name.startswith("__") and name.endswith("__")):
+        if not (allow_internal and name in INTERNAL_BRANCHES):
+            raise InvalidNameError(f"invalid branch name {name!r}: names of the form __x__ are reserved for internal branches")
+    return name
+
+
+def validate_tag_name(name: str) -> str:
+    """Return ``name`` if it is a valid tag name, else raise :class:`InvalidNameError`."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"tag name must be a string, not {type(name).__name__}")
+    if name == "":
+        raise InvalidNameError("invalid tag name '': rule 1: a tag name cannot be empty")
+    if not name.isascii():
+        raise InvalidNameError(f"invalid tag name {name!r}: only ASCII characters are allowed (pylance breaks on others)")
+    if not _TAG_CHARS.match(name):
+        raise InvalidNameError(f"invalid tag name {name!r}: rule 2: may contain only letters, digits, '.', '-' and '_'")
+    if name.startswith(".") or name.endswith("."):
+        raise InvalidNameError(f"invalid tag name {name!r}: rule 3: cannot start or end with '.'")
+    if name.endswith(".lock"):
+        raise InvalidNameError(f"invalid tag name {name!r}: rule 4: cannot end with '.lock'")
+    if ".." in name:
+        raise InvalidNameError(f"invalid tag name {name!r}: rule 5: cannot contain consecutive '..'")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidNameError(f"invalid tag name: longer than {MAX_NAME_LENGTH} characters")
+    return name
+
+
+def validate_table_name(name: str) -> str:
+    """Table names are identifiers (letters, digits, '_'; not starting with a digit)."""
+    if not isinstance(name, str) or not _TABLE_NAME.match(name) or len(name) > 128:
+        raise InvalidNameError(
+            f"invalid table name {name!r}: use letters, digits and '_', starting with a letter or '_' (at most 128)"
+        )
+    return name
+
+
+def is_internal_branch(name: str) -> bool:
+    return name in INTERNAL_BRANCHES

@@ -1,0 +1,143 @@
+"""Lance-level helpers: turning user data into well-typed Arrow tables and opening table versions."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trimerge.lineage.errors import PrimaryKeyError, SchemaMismatchError
+
+PK_METADATA = b"lance-schema:unenforced-primary-key"
+
+_VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """Replace Arrow view types (what polars exports) with the plain types Lance stores."""
+    if t in _VIEW_TYPES:
+        return _VIEW_TYPES[t]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _plain_type(t.value_type)
+        return pa.large_list(inner) if pa.types.is_large_list(t) else pa.list_(inner)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
+    return t
+
+
+def to_arrow(data: Any) -> pa.Table:
+    """Accept a pyarrow Table/RecordBatch, a polars DataFrame, a pandas DataFrame or a dict of columns."""
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif hasattr(data, "to_arrow") and type(data).__module__.startswith("polars"):
+        table = data.to_arrow()
+    elif type(data).__module__.startswith("pandas"):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    elif isinstance(data, dict):
+        table = pa.table(data)
+    else:
+        raise SchemaMismatchError(
+            f"cannot load data of type {type(data).__name__}: pass a pyarrow.Table or a polars/pandas DataFrame"
+        )
+    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
+    return table.cast(schema) if schema != table.schema else table
+
+
+def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:
+    return tuple(f.name for f in schema if f.metadata and f.metadata.get(PK_METADATA) == b"true")
+
+
+def schema_with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
+    """Declare the key in the schema (Lance's unenforced primary key; key fields are non-null)."""
+    missing = [k for k in primary_key if k not in schema.names]
+    if missing:
+        raise PrimaryKeyError(f"primary key column(s) {missing} not in the data (columns: {schema.names})")
+    fields = []
+    for f in schema:
+        if f.name in primary_key:
+            if pa.types.is_floating(f.type) or pa.types.is_nested(f.type):
+                raise PrimaryKeyError(f"primary key column {f.name!r} has type {f.type}, which cannot be a key")
+            meta = dict(f.metadata or {})
+            meta[PK_METADATA] = b"true"
+            f = f.with_nullable(False).with_metadata(meta)
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def strip_field_metadata(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.remove_metadata() for f in schema])
+
+
+def check_primary_key(table: pa.Table, primary_key: Sequence[str], what: str) -> None:
+    """Key columns present and non-null, and each key at most once."""
+    if not primary_key:
+        raise PrimaryKeyError(f"{what}: a primary key is required")
+    missing = [k for k in primary_key if k not in table.column_names]
+    if missing:
+        raise PrimaryKeyError(f"{what}: primary key column(s) {missing} missing from the data")
+    for k in primary_key:
+        nulls = table.column(k).null_count
+        if nulls:
+            raise PrimaryKeyError(f"{what}: primary key column {k!r} has {nulls} null value(s)")
+    if table.num_rows < 2:
+        return
+    counts = table.select(list(primary_key)).group_by(list(primary_key)).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if dup.num_rows:
+        sample = dup.slice(0, 3).drop_columns(["count_all"]).to_pylist()
+        raise PrimaryKeyError(f"{what}: {dup.num_rows} duplicate primary key value(s), e.g. {sample}")
+
+
+def conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """Reorder and safely cast ``table`` to ``schema``; missing or extra columns are an error."""
+    names = set(table.column_names)
+    missing = [n for n in schema.names if n not in names]
+    extra = [n for n in table.column_names if n not in schema.names]
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"{what}: columns do not match the table's schema (missing: {missing}, unexpected: {extra})"
+        )
+    table = table.select(schema.names)
+    try:
+        return table.cast(schema, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        got = {f.name: str(f.type) for f in table.schema if f.type != schema.field(f.name).type}
+        raise SchemaMismatchError(f"{what}: data types do not match the table's schema ({got}): {exc}") from None
+
+
+def open_version(path: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
+    """Open one version (None: latest) of one Lance branch of a dataset."""
+    ds = lance.dataset(path)
+    if lance_branch == "main" and version is not None:
+        return ds.checkout_version(version) if ds.version != version else ds
+    return ds.checkout_version((lance_branch, version))
+
+
+def fragment_signature(ds: lance.LanceDataset) -> tuple:
+    """What determines a version's content: schema plus each fragment's files and deletions."""
+    frags = tuple(sorted((f.fragment_id, repr(f.metadata.to_json().get("files")),
+                          repr(f.metadata.to_json().get("deletion_file"))) for f in ds.get_fragments()))
+    return (ds.schema.to_string(), frags)
+
+
+# Lossless type changes allowed by alter_column: from -> set of wider types.
+_WIDENINGS = {
+    pa.int8(): {pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64()},
+    pa.int16(): {pa.int32(), pa.int64(), pa.float32(), pa.float64()},
+    pa.int32(): {pa.int64(), pa.float64()},
+    pa.uint8(): {pa.uint16(), pa.uint32(), pa.uint64(), pa.int16(), pa.int32(), pa.int64()},
+    pa.uint16(): {pa.uint32(), pa.uint64(), pa.int32(), pa.int64()},
+    pa.uint32(): {pa.uint64(), pa.int64()},
+    pa.float16(): {pa.float32(), pa.float64()},
+    pa.float32(): {pa.float64()},
+    pa.string(): {pa.large_string()},
+    pa.binary(): {pa.large_binary()},
+}
+
+
+def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
+    return new in _WIDENINGS.get(old, set())
