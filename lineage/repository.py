@@ -1140,7 +1140,7 @@ class Transaction:
             values = [c for c in table.column_names if c not in pk]
             builder = ds.merge_insert(list(pk))
             if values:
-                changed = " OR ".join(f"source.`{c}` IS DISTINCT FROM target.`{c}`" for c in values)
+                changed = " OR ".join(f"(source.`{c}` IS DISTINCT FROM target.`{c}`)" for c in values)
                 builder = builder.when_matched_update_all(changed)
             builder.when_not_matched_insert_all().execute(table)
         self._ops.append(f"upsert {name}")

