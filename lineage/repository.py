@@ -536,6 +536,13 @@ class Repository:
             tx.drop_table(table)
         return tx.commit
 
+    def compact(self, table: str, *, branch: str | None = None, actor: str | None = None,
+                message: str | None = None) -> Commit:
+        """Compact a table's fragments (same content, fewer files)."""
+        with self._one(branch, actor, message, f"Compact {table}") as tx:
+            tx.compact(table)
+        return tx.commit
+
     def add_columns(self, table: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *,
                     branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:
         """Add nullable columns (existing rows get nulls)."""
@@ -1237,6 +1244,14 @@ class Transaction:
         self._schema_change()
         self._writable(name).alter_columns({"path": column, "data_type": data_type})
         self._ops.append(f"alter {name}.{column}")
+        self._written(name, self._latest_version(name))
+
+    def compact(self, name: str, target_rows_per_fragment: int = 1024 * 1024) -> None:
+        """Rewrite small fragments into larger ones (content unchanged; a commit all the same)."""
+        self._require_open()
+        ds = self._writable(name)
+        ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment)
+        self._ops.append(f"compact {name}")
         self._written(name, self._latest_version(name))
 
     def set_table(self, name: str, tv: TableVersion) -> None:

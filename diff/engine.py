@@ -1,0 +1,577 @@
+"""Snapshot diff of every table between two refs, at a cost that follows the change.
+
+For each table the engine first finds *candidate rows* — rows that may differ — from Lance
+metadata alone, then joins the candidates of both sides by primary key and compares values
+column by column (metadata over-reports: no-op rewrites, moved rows; values decide).
+
+Candidate finders, cheapest first:
+
+* ``delta``: both versions lie on one Lance lineage (same Lance branch, or one branch forked
+  from the other exactly at the other version): Lance's row-version metadata (``ds.delta()``,
+  stable row ids) names inserted, updated and deleted rows; before-images come from ``_take_rows``.
+* ``fragments``: same dataset, any two versions (e.g. across branches after a merge): fragments
+  whose data files and deletion file are identical (paths resolved through base paths, since
+  fragment ids collide across branches) are skipped; fragments sharing data files but not their
+  deletion vector contribute only the rows whose deletion state differs; the rest is read.
+* ``full``: unrelated datasets (a table created independently on two branches): both read.
+
+Why skipping is exact: a skipped row is the same physical live row on both sides, and since a
+key is unique within each snapshot, that key appears nowhere else on either side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Literal, Sequence
+
+import lance
+import polars as pl
+import pyarrow as pa
+
+from trimerge.lineage.commit import Commit, TableVersion
+from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
+from trimerge.lineage.repository import Repository
+from trimerge.lineage.tables import _plain_type
+
+ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
+Status = Literal["added", "dropped", "modified", "unchanged"]
+Progress = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """One column-level schema difference."""
+
+    kind: Literal["added", "dropped", "type_changed", "nullability_changed", "primary_key_changed"]
+    column: str
+    before: str | None = None
+    after: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "column": self.column, "before": self.before, "after": self.after}
+
+
+@dataclass
+class DiffCounts:
+    inserted: int = 0
+    deleted: int = 0
+    updated: int = 0
+    cells_changed: int = 0
+
+    @property
+    def rows_changed(self) -> int:
+        return self.inserted + self.deleted + self.updated
+
+    def to_json(self) -> dict[str, int]:
+        return {"inserted": self.inserted, "deleted": self.deleted, "updated": self.updated,
+                "cells_changed": self.cells_changed}
+
+
+@dataclass
+class DiffPlan:
+    """What the metadata said before any row was read."""
+
+    method: Literal["none", "delta", "fragments", "full", "added", "dropped"]
+    fragments_skipped: int = 0
+    fragments_deletion_only: int = 0
+    fragments_read: int = 0
+    rows_planned: int = 0  # upper bound of candidate rows (before + after)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
+                   key_before: Sequence[str] = (), key_after: Sequence[str] = ()) -> list[SchemaChange]:
+    """Column-level differences between two schemas (field metadata ignored)."""
+    if before is None or after is None:
+        return []
+    out: list[SchemaChange] = []
+    for f in after:
+        if f.name not in before.names:
+            out.append(SchemaChange("added", f.name, None, str(f.type)))
+        else:
+            g = before.field(f.name)
+            if _plain_type(g.type) != _plain_type(f.type):
+                out.append(SchemaChange("type_changed", f.name, str(g.type), str(f.type)))
+            elif g.nullable != f.nullable and f.name not in key_after:
+                out.append(SchemaChange("nullability_changed", f.name, str(g.nullable), str(f.nullable)))
+    for g in before:
+        if g.name not in after.names:
+            out.append(SchemaChange("dropped", g.name, str(g.type), None))
+    if tuple(key_before) != tuple(key_after):
+        out.append(SchemaChange("primary_key_changed", ",".join(key_after), ",".join(key_before), ",".join(key_after)))
+    return out
+
+
+class _Snapshot:
+    """One table at one commit, opened lazily."""
+
+    def __init__(self, repo: Repository, tv: TableVersion | None):
+        self.repo = repo
+        self.tv = tv
+        self._ds: lance.LanceDataset | None = None
+
+    @property
+    def ds(self) -> lance.LanceDataset:
+        if self._ds is None:
+            self._ds = self.repo.open_table_version(self.tv)
+        return self._ds
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self.ds.schema if self.tv else None
+
+    @property
+    def root(self) -> str:
+        """Directory of this Lance branch (where its own files live)."""
+        base = self.repo.dataset_path(self.tv)
+        return base if self.tv.lance_branch == "main" else f"{base}/tree/{self.tv.lance_branch}"
+
+
+def _fork_point(repo: Repository, dataset: str, lance_branch: str) -> tuple[str, int] | None:
+    if lance_branch == "main":
+        return None
+    info = lance.dataset(repo.dataset_path(dataset)).branches.list().get(lance_branch)
+    if not info:
+        return None
+    return (info.get("parent_branch") or "main", int(info["parent_version"]))
+
+
+def _fragment_files(snap: _Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
+    """Map each fragment's resolved data-file paths to (fragment, resolved deletion-file path)."""
+    bases = {k: v.path for k, v in snap.ds.base_paths().items()}
+    out = {}
+    for frag in snap.ds.get_fragments():
+        meta = frag.metadata.to_json()
+        if meta.get("overlays"):
+            key = (f"overlay:{snap.root}:{frag.fragment_id}",)  # never matches: read in full
+        else:
+            key = tuple(sorted(
+                f"{bases[d['base_id']] if d.get('base_id') is not None else snap.root}/data/{d['path']}"
+                for d in meta["files"]))
+        dfile = meta.get("deletion_file")
+        dpath = None
+        if dfile:
+            base = bases[dfile["base_id"]] if dfile.get("base_id") is not None else snap.root
+            dpath = f"{base}/{frag.deletion_file()}"
+        out[key] = (frag, dpath)
+    return out
+
+
+def _row_ids(snap: _Snapshot, frag: Any) -> pa.Array:
+    t = snap.ds.scanner(columns=[], with_row_id=True, fragments=[frag]).to_table()
+    return t.column("_rowid").combine_chunks()
+
+
+def _take(snap: _Snapshot, row_ids: pa.Array | list[int], columns: list[str]) -> pa.Table:
+    if len(row_ids) == 0:
+        return snap.ds.schema.empty_table().select(columns)
+    return snap.ds._take_rows(row_ids, columns=columns)
+
+
+def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return a.filter(pc.invert(pc.is_in(a, value_set=b)))
+
+
+class TableDiff:
+    """The difference of one table between two snapshots."""
+
+    def __init__(self, name: str, before: _Snapshot, after: _Snapshot):
+        self.name = name
+        self._before = before
+        self._after = after
+        self._rows: pa.Table | None = None
+        self._counts: DiffCounts | None = None
+        if before.tv is None and after.tv is None:
+            raise TableNotFoundError(f"no table {name!r} on either side")
+        if before.tv is None:
+            self.status: Status = "added"
+        elif after.tv is None:
+            self.status = "dropped"
+        elif before.tv.location == after.tv.location:
+            self.status = "unchanged"
+        else:
+            self.status = "modified"
+        self.plan = DiffPlan(method="none" if self.status == "unchanged" else self.status)  # refined by _candidates
+        self._candidates_cache: tuple[pa.Table, pa.Table] | None = None
+
+    # -- public
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return (self._after.tv or self._before.tv).primary_key
+
+    @property
+    def before_version(self) -> TableVersion | None:
+        return self._before.tv
+
+    @property
+    def after_version(self) -> TableVersion | None:
+        return self._after.tv
+
+    @property
+    def schema_changes(self) -> list[SchemaChange]:
+        if self.status != "modified":
+            return []
+        return schema_changes(self._before.schema, self._after.schema, self._before.tv.primary_key,
+                              self._after.tv.primary_key)
+
+    @property
+    def counts(self) -> DiffCounts:
+        if self._counts is None:
+            rows = self.rows()
+            change = rows.column("change").to_pylist() if rows.num_rows else []
+            c = DiffCounts(inserted=change.count("insert"), deleted=change.count("delete"),
+                           updated=change.count("update"))
+            if c.updated:
+                import pyarrow.compute as pc
+
+                c.cells_changed = int(pc.sum(pc.list_value_length(rows.column("changed_columns"))).as_py() or 0)
+            self._counts = c
+        return self._counts
+
+    @property
+    def changed(self) -> bool:
+        """True if rows or the schema differ (a modified table can turn out to have no real change)."""
+        if self.status in ("added", "dropped"):
+            return True
+        if self.status == "unchanged":
+            return False
+        return bool(self.schema_changes) or self.counts.rows_changed > 0
+
+    def rows(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Changed rows: key columns, ``change`` (insert/delete/update), ``changed_columns``,
+        and ``before`` / ``after`` structs of the non-key values (null for insert / delete)."""
+        if self._rows is None:
+            self._rows = self._compute()
+        if columns is None:
+            return self._rows
+        return _project(self._rows, columns)
+
+    def iter_batches(self, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+        yield from self.rows().to_batches(max_chunksize=max_rows)
+
+    def summary(self) -> dict[str, Any]:
+        counts = self.counts.to_json() if self.status != "unchanged" else DiffCounts().to_json()
+        return {"table": self.name, "status": self.status, **counts,
+                "schema_changes": [s.to_json() for s in self.schema_changes], "plan": self.plan.to_json()}
+
+    def __repr__(self) -> str:
+        return f"TableDiff({self.name!r}, status={self.status!r})"
+
+    # -- candidates
+    def compared_columns(self) -> tuple[list[str], list[str], list[str]]:
+        """(key, columns on both sides, columns only after) — the columns whose values are compared."""
+        key = list(self.primary_key)
+        before = [n for n in (self._before.schema.names if self._before.tv else []) if n not in key]
+        after = [n for n in (self._after.schema.names if self._after.tv else []) if n not in key]
+        common = [c for c in after if c in before]
+        added = [c for c in after if c not in before]
+        return key, common, added
+
+    def candidates(self) -> tuple[pa.Table, pa.Table]:
+        """Rows that may have changed: (from before, from after), all columns of each side."""
+        if self._candidates_cache is None:
+            self._candidates_cache = self._find_candidates()
+        return self._candidates_cache
+
+    def _find_candidates(self) -> tuple[pa.Table, pa.Table]:
+        b, a = self._before, self._after
+        if self.status == "added":
+            t = a.ds.to_table()
+            self.plan = DiffPlan("added", fragments_read=len(a.ds.get_fragments()), rows_planned=t.num_rows)
+            return _empty(a.schema), t
+        if self.status == "dropped":
+            t = b.ds.to_table()
+            self.plan = DiffPlan("dropped", fragments_read=len(b.ds.get_fragments()), rows_planned=t.num_rows)
+            return t, _empty(b.schema)
+        if self.status == "unchanged":
+            return _empty(b.schema), _empty(a.schema)
+        if b.tv.dataset != a.tv.dataset:
+            tb, ta = b.ds.to_table(), a.ds.to_table()
+            self.plan = DiffPlan("full", fragments_read=len(b.ds.get_fragments()) + len(a.ds.get_fragments()),
+                                 rows_planned=tb.num_rows + ta.num_rows)
+            return tb, ta
+        lineage = self._lineage()
+        if lineage is not None:
+            return self._delta_candidates(*lineage)
+        return self._fragment_candidates()
+
+    def _lineage(self) -> tuple[_Snapshot, _Snapshot, int, bool] | None:
+        """(older, newer, begin version on newer's branch, swapped) when one Lance lineage links the two."""
+        b, a = self._before, self._after
+        repo = b.repo
+        if b.tv.lance_branch == a.tv.lance_branch:
+            if b.tv.version <= a.tv.version:
+                return b, a, b.tv.version, False
+            return a, b, a.tv.version, True
+        fork_a = _fork_point(repo, a.tv.dataset, a.tv.lance_branch)
+        if fork_a == (b.tv.lance_branch, b.tv.version):
+            return b, a, b.tv.version, False
+        fork_b = _fork_point(repo, b.tv.dataset, b.tv.lance_branch)
+        if fork_b == (a.tv.lance_branch, a.tv.version):
+            return a, b, a.tv.version, True
+        return None
+
+    def _delta_candidates(self, old: _Snapshot, new: _Snapshot, begin: int, swapped: bool) -> tuple[pa.Table, pa.Table]:
+        # pylance reads delta rows from the object's checked-out version: new.ds is pinned at its version.
+        delta = new.ds.delta(begin_version=begin, end_version=new.tv.version)
+        new_cols = new.ds.schema.names
+        inserted = delta.get_inserted_rows().read_all()
+        updated = delta.get_updated_rows().read_all()
+        deleted = delta.get_deleted_row_ids().read_all()
+        after = pa.concat_tables([inserted.select(new_cols), updated.select(new_cols)]) if inserted.num_rows or updated.num_rows \
+            else _empty(new.ds.schema)
+        ids = pa.concat_arrays([updated.column("_rowid").combine_chunks().cast(pa.uint64()),
+                                deleted.column("_rowid").combine_chunks().cast(pa.uint64())])
+        before = _take(old, ids, old.ds.schema.names)
+        self.plan = DiffPlan("delta", rows_planned=after.num_rows + before.num_rows)
+        return (after, before) if swapped else (before, after)
+
+    def _fragment_candidates(self) -> tuple[pa.Table, pa.Table]:
+        b, a = self._before, self._after
+        fb, fa = _fragment_files(b), _fragment_files(a)
+        plan = DiffPlan("fragments")
+        before_parts: list[pa.Table] = []
+        after_parts: list[pa.Table] = []
+        ids_b: list[pa.Array] = []
+        ids_a: list[pa.Array] = []
+        for files in fb.keys() | fa.keys():
+            in_b, in_a = fb.get(files), fa.get(files)
+            if in_b and in_a:
+                if in_b[1] == in_a[1]:
+                    plan.fragments_skipped += 1
+                    continue
+                plan.fragments_deletion_only += 1
+                rb, ra = _row_ids(b, in_b[0]), _row_ids(a, in_a[0])
+                ids_b.append(_set_minus(rb, ra))
+                ids_a.append(_set_minus(ra, rb))
+            elif in_b:
+                plan.fragments_read += 1
+                before_parts.append(b.ds.scanner(fragments=[in_b[0]]).to_table())
+            else:
+                plan.fragments_read += 1
+                after_parts.append(a.ds.scanner(fragments=[in_a[0]]).to_table())
+        if ids_b:
+            before_parts.append(_take(b, pa.concat_arrays(ids_b), b.ds.schema.names))
+        if ids_a:
+            after_parts.append(_take(a, pa.concat_arrays(ids_a), a.ds.schema.names))
+        before = pa.concat_tables(before_parts) if before_parts else _empty(b.ds.schema)
+        after = pa.concat_tables(after_parts) if after_parts else _empty(a.ds.schema)
+        plan.rows_planned = before.num_rows + after.num_rows
+        self.plan = plan
+        return before, after
+
+    # -- classification
+    def _compute(self) -> pa.Table:
+        key, common, added = self.compared_columns()
+        before, after = self.candidates()
+        return classify(before, after, key, common, added,
+                        before_columns=[c for c in before.column_names if c not in key],
+                        after_columns=[c for c in after.column_names if c not in key])
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Keep only some value columns inside the before/after structs (key columns always stay)."""
+    import pyarrow.compute as pc
+
+    out = rows
+    for side in ("before", "after"):
+        if side not in rows.column_names:
+            continue
+        col = rows.column(side)
+        t = col.type
+        keep = [t.field(i).name for i in range(t.num_fields) if t.field(i).name in columns]
+        arrays = [pc.struct_field(col, t.get_field_index(n)) for n in keep]
+        if keep:
+            struct = pc.make_struct(*arrays, field_names=keep)
+            mask = pc.is_null(col)
+            struct = pc.if_else(mask, pa.scalar(None, struct.type), struct)
+        else:
+            struct = pa.nulls(len(rows), pa.struct([]))
+        out = out.set_column(out.schema.get_field_index(side), side, struct)
+    return out
+
+
+def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequence[str], added: Sequence[str],
+             before_columns: Sequence[str], after_columns: Sequence[str]) -> pa.Table:
+    """Join candidate rows by key and compare values null-safely (floats exactly).
+
+    A key on both sides with equal compared values is no change (a moved or rewritten row)."""
+    key = list(key)
+    b = pl.from_arrow(before.select(key + list(before_columns)))
+    a = pl.from_arrow(after.select(key + list(after_columns)))
+    assert isinstance(b, pl.DataFrame) and isinstance(a, pl.DataFrame)
+    # Key columns may differ in type across a widening; compare in the after side's types.
+    for k in key:
+        if b.schema[k] != a.schema[k]:
+            b = b.with_columns(pl.col(k).cast(a.schema[k]))
+    b = b.rename({c: f"b\x00{c}" for c in before_columns}).with_columns(pl.lit(True).alias("\x00in_b"))
+    a = a.rename({c: f"a\x00{c}" for c in after_columns}).with_columns(pl.lit(True).alias("\x00in_a"))
+    j = b.join(a, on=key, how="full", coalesce=True, nulls_equal=True)
+    in_b = pl.col("\x00in_b").fill_null(False)
+    in_a = pl.col("\x00in_a").fill_null(False)
+    flags = []
+    for c in common:
+        lhs, rhs = pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}")
+        if j.schema[f"b\x00{c}"] != j.schema[f"a\x00{c}"]:
+            lhs = lhs.cast(j.schema[f"a\x00{c}"], strict=False)
+        flags.append(pl.when(lhs.eq_missing(rhs)).then(None).otherwise(pl.lit(c)))
+    for c in added:
+        flags.append(pl.when(pl.col(f"a\x00{c}").is_null()).then(None).otherwise(pl.lit(c)))
+    changed = (pl.concat_list(flags).list.drop_nulls() if flags else pl.lit([], dtype=pl.List(pl.String)))
+    j = j.with_columns(
+        pl.when(in_b & in_a).then(pl.lit("update")).when(in_a).then(pl.lit("insert")).otherwise(pl.lit("delete"))
+        .alias("change"),
+        pl.when(in_b & in_a).then(changed).otherwise(pl.lit([], dtype=pl.List(pl.String))).alias("changed_columns"),
+    )
+    j = j.filter((pl.col("change") != "update") | (pl.col("changed_columns").list.len() > 0))
+
+    def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
+        if not cols:
+            return pl.lit(None).alias("_")
+        return pl.when(present).then(pl.struct([pl.col(f"{prefix}\x00{c}").alias(c) for c in cols])).otherwise(None)
+
+    out = j.select(
+        *[pl.col(k) for k in key],
+        pl.col("change"),
+        pl.col("changed_columns"),
+        side("b", before_columns, in_b).alias("before"),
+        side("a", after_columns, in_a).alias("after"),
+    ).sort(key)
+    table = out.to_arrow()
+    schema = pa.schema([f.with_type(_plain_type(_large_to_plain(f.type))) for f in table.schema])
+    return table.cast(schema)
+
+
+def _large_to_plain(t: pa.DataType) -> pa.DataType:
+    if t == pa.large_string():
+        return pa.string()
+    if t == pa.large_binary():
+        return pa.binary()
+    if pa.types.is_large_list(t):
+        return pa.list_(_large_to_plain(t.value_type))
+    if pa.types.is_list(t):
+        return pa.list_(_large_to_plain(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_large_to_plain(f.type)) for f in t])
+    return t
+
+
+@dataclass
+class Diff:
+    """Differences of every table between two commits (``before`` → ``after``)."""
+
+    repo: Repository
+    before: Commit
+    after: Commit
+    tables: dict[str, TableDiff] = field(default_factory=dict)
+    three_dot: bool = False
+
+    def stat(self) -> pa.Table:
+        """One row per table: status, inserted, deleted, updated, cells changed, schema changes."""
+        rows = []
+        for name, td in sorted(self.tables.items()):
+            c = td.counts if td.status != "unchanged" else DiffCounts()
+            rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,
+                         "updated": c.updated, "cells_changed": c.cells_changed,
+                         "schema_changes": len(td.schema_changes), "method": td.plan.method})
+        schema = pa.schema([("table", pa.string()), ("status", pa.string()), ("inserted", pa.int64()),
+                            ("deleted", pa.int64()), ("updated", pa.int64()), ("cells_changed", pa.int64()),
+                            ("schema_changes", pa.int64()), ("method", pa.string())])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def changed_tables(self) -> list[str]:
+        return [n for n, td in sorted(self.tables.items()) if td.status != "unchanged" and td.changed]
+
+    def to_json(self, rows: bool = False) -> dict[str, Any]:
+        doc = {"before": self.before.id, "after": self.after.id,
+               "tables": {n: td.summary() for n, td in sorted(self.tables.items())}}
+        if rows:
+            for n, td in self.tables.items():
+                doc["tables"][n]["rows"] = td.rows().to_pylist() if td.status != "unchanged" else []
+        return doc
+
+
+def parse_range(spec: str) -> tuple[str, str, bool]:
+    """``A...B`` (three-dot: merge base of A and B vs B) or ``A..B`` (A vs B)."""
+    if "..." in spec:
+        a, b = spec.split("...", 1)
+        return a or "main", b or "main", True
+    if ".." in spec:
+        a, b = spec.split("..", 1)
+        return a or "main", b or "main", False
+    raise InvalidOperationError(f"not a range: {spec!r} (use A..B or A...B, or pass two refs)")
+
+
+def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
+         engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
+         progress: Progress | None = None) -> Diff:
+    """Compare two refs table by table.
+
+    ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
+    ``diff("main...feature")`` compares the merge base of the two with ``feature`` (what a merge
+    of feature would bring). ``a``/``b`` may be ``Ref`` objects or addresses ``REF::TABLE``.
+    Rows are computed lazily per table (``d.tables[name].rows()``, ``.counts``)."""
+    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.repository import Ref
+
+    wanted = set(tables) if tables else None
+    if repo is None:
+        for r in (a, b):
+            if isinstance(r, Ref):
+                repo = r.repo
+                break
+    exprs = []
+    for r in (a, b):
+        if r is None:
+            exprs.append(None)
+            continue
+        r = r.expr if isinstance(r, Ref) else r
+        if is_address(r):
+            addr = parse_address(r)
+            if addr.repository is not None and repo is None:
+                repo = Repository.open(addr.repository, read_only=True)
+            if addr.table:
+                wanted = (wanted or set()) | {addr.table}
+            r = addr.ref
+        exprs.append(r)
+    if repo is None:
+        raise InvalidOperationError("diff needs repo=... (or Ref objects / addresses that carry one)")
+    a_expr, b_expr = exprs
+    three_dot = False
+    if b_expr is None:
+        a_expr, b_expr, three_dot = parse_range(a_expr)
+    after = repo.resolve(b_expr)
+    if three_dot:
+        base = repo.merge_base(a_expr, b_expr)
+        if base is None:
+            raise InvalidOperationError(f"{a_expr} and {b_expr} have no common ancestor")
+        before = base
+    else:
+        before = repo.resolve(a_expr)
+    result = Diff(repo, before, after, three_dot=three_dot)
+    names = sorted(before.tables.keys() | after.tables.keys())
+    if wanted is not None:
+        missing = wanted - set(names)
+        if missing:
+            raise TableNotFoundError(f"no table {', '.join(sorted(missing))} on either side")
+        names = [n for n in names if n in wanted]
+    for name in names:
+        result.tables[name] = TableDiff(name, _Snapshot(repo, before.tables.get(name)),
+                                        _Snapshot(repo, after.tables.get(name)))
+    if engine == "spark":
+        raise InvalidOperationError("engine='spark' is not available in this version; use engine='local'")
+    if progress is not None:
+        for name, td in result.tables.items():
+            progress(name, "start")
+            if td.status != "unchanged":
+                td.rows()
+            progress(name, "done")
+    return result
