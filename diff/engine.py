@@ -294,41 +294,52 @@ class TableDiff:
             self.plan = DiffPlan("full", fragments_read=len(b.ds.get_fragments()) + len(a.ds.get_fragments()),
                                  rows_planned=tb.num_rows + ta.num_rows)
             return tb, ta
-        lineage = self._lineage()
-        if lineage is not None:
-            return self._delta_candidates(*lineage)
+        common = self._common_version()
+        if common is not None:
+            return self._delta_candidates(common)
         return self._fragment_candidates()
 
-    def _lineage(self) -> tuple[_Snapshot, _Snapshot, int, bool] | None:
-        """(older, newer, begin version on newer's branch, swapped) when one Lance lineage links the two."""
+    def _common_version(self) -> int | None:
+        """A version ``p`` both sides descend from along Lance lineage (same branch, or one branch
+        forked from the other's branch at ``p``), so both can be described by ``delta`` from ``p``."""
         b, a = self._before, self._after
         repo = b.repo
         if b.tv.lance_branch == a.tv.lance_branch:
-            if b.tv.version <= a.tv.version:
-                return b, a, b.tv.version, False
-            return a, b, a.tv.version, True
+            return min(b.tv.version, a.tv.version)
         fork_a = _fork_point(repo, a.tv.dataset, a.tv.lance_branch)
-        if fork_a == (b.tv.lance_branch, b.tv.version):
-            return b, a, b.tv.version, False
+        if fork_a is not None and fork_a[0] == b.tv.lance_branch and fork_a[1] <= b.tv.version:
+            return fork_a[1]
         fork_b = _fork_point(repo, b.tv.dataset, b.tv.lance_branch)
-        if fork_b == (a.tv.lance_branch, a.tv.version):
-            return a, b, a.tv.version, True
+        if fork_b is not None and fork_b[0] == a.tv.lance_branch and fork_b[1] <= a.tv.version:
+            return fork_b[1]
         return None
 
-    def _delta_candidates(self, old: _Snapshot, new: _Snapshot, begin: int, swapped: bool) -> tuple[pa.Table, pa.Table]:
-        # pylance reads delta rows from the object's checked-out version: new.ds is pinned at its version.
-        delta = new.ds.delta(begin_version=begin, end_version=new.tv.version)
-        new_cols = new.ds.schema.names
-        inserted = delta.get_inserted_rows().read_all()
-        updated = delta.get_updated_rows().read_all()
-        deleted = delta.get_deleted_row_ids().read_all()
-        after = pa.concat_tables([inserted.select(new_cols), updated.select(new_cols)]) if inserted.num_rows or updated.num_rows \
-            else _empty(new.ds.schema)
-        ids = pa.concat_arrays([updated.column("_rowid").combine_chunks().cast(pa.uint64()),
-                                deleted.column("_rowid").combine_chunks().cast(pa.uint64())])
-        before = _take(old, ids, old.ds.schema.names)
-        self.plan = DiffPlan("delta", rows_planned=after.num_rows + before.num_rows)
-        return (after, before) if swapped else (before, after)
+    @staticmethod
+    def _changes_since(snap: _Snapshot, version: int) -> tuple[pa.Table, pa.Array, pa.Array]:
+        """(rows inserted, ids of rows updated, ids of rows deleted) on ``snap``'s lineage since ``version``."""
+        if snap.tv.version == version:
+            none = pa.array([], pa.uint64())
+            return _empty(snap.ds.schema), none, none
+        # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
+        delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
+        inserted = delta.get_inserted_rows().read_all().select(snap.ds.schema.names)
+        updated = delta.get_updated_rows().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
+        deleted = delta.get_deleted_row_ids().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
+        return inserted, updated, deleted
+
+    def _delta_candidates(self, common: int) -> tuple[pa.Table, pa.Table]:
+        """Rows changed on either side since the common version; rows older than it share stable
+        row ids on both sides, so each side's current image is taken by row id."""
+        import pyarrow.compute as pc
+
+        b, a = self._before, self._after
+        ins_b, upd_b, del_b = self._changes_since(b, common)
+        ins_a, upd_a, del_a = self._changes_since(a, common)
+        touched = pc.unique(pa.concat_arrays([upd_b, del_b, upd_a, del_a]))
+        before = pa.concat_tables([ins_b, _take(b, _set_minus(touched, del_b), b.ds.schema.names)])
+        after = pa.concat_tables([ins_a, _take(a, _set_minus(touched, del_a), a.ds.schema.names)])
+        self.plan = DiffPlan("delta", rows_planned=before.num_rows + after.num_rows)
+        return before, after
 
     def _fragment_candidates(self) -> tuple[pa.Table, pa.Table]:
         b, a = self._before, self._after

@@ -585,6 +585,146 @@ def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus)
         sys.exit(EXIT_NO)
 
 
+class DelayedProgress:
+    """A rich progress bar on stderr that appears only once work has run for ``delay`` seconds."""
+
+    def __init__(self, total: int, description: str, delay: float = 1.0, enabled: bool = True):
+        import time
+
+        self.total, self.description, self.delay, self.enabled = total, description, delay, enabled
+        self.started = time.monotonic()
+        self._progress = None
+        self._task = None
+        self.done = 0
+
+    def __call__(self, item: str, stage: str) -> None:
+        import time
+
+        if stage == "done":
+            self.done += 1
+        if not self.enabled:
+            return
+        if self._progress is None and time.monotonic() - self.started >= self.delay:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                      TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total, completed=self.done)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done, description=f"{self.description} {item}")
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+@cli.command("diff")
+@click.argument("refs", nargs=-1, required=True)
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
+@click.option("--stat", is_flag=True, help="One line per table with counts.")
+@click.option("--name-only", is_flag=True, help="Only the names of changed tables.")
+@click.option("--limit", type=int, default=None, help="At most N rows per table.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "parquet"]), default=None)
+@click.option("-o", "output", default=None, help="Write the rows to FILE (parquet: one file, or a directory per table).")
+@click.option("--columns", default=None, help="Comma-separated value columns to show.")
+@click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True)
+@common
+def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine) -> None:
+    """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
+    import sys as _sys
+
+    from trimerge.diff import diff as run_diff
+    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.repository import Repository
+
+    if len(refs) > 2:
+        fail("diff takes one range (A..B, A...B) or two refs")
+    for r in refs:
+        if is_address(r) and parse_address(r).repository is not None:
+            obj.path = parse_address(r).repository
+    repo = Repository.open(obj.path, read_only=True)
+    progress = DelayedProgress(0, "diff", enabled=_sys.stderr.isatty() and not obj.json)
+    d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine)
+    progress.total = len(d.tables)
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    try:
+        for name, td in d.tables.items():
+            progress(name, "start")
+            if td.status != "unchanged" and not name_only:
+                td.rows()
+            progress(name, "done")
+    finally:
+        progress.close()
+    fmt = fmt or ("json" if obj.json else "table")
+    if name_only:
+        names = [n for n, td in d.tables.items() if td.status != "unchanged"]
+        emit(obj, names, "\n".join(names) if names else None)
+        return
+    if stat:
+        st = d.stat()
+        if fmt == "table" and not obj.json:
+            for r in st.to_pylist():
+                if r["status"] == "unchanged":
+                    continue
+                click.echo(f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
+                           f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''})")
+        else:
+            emit(obj, st.to_pylist()) if fmt == "json" or obj.json else _print_table(st, fmt, output)
+        return
+    changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
+    if fmt == "parquet":
+        if not output:
+            fail("--format parquet needs -o FILE")
+        import pyarrow.parquet as pq
+
+        if len(changed) == 1:
+            pq.write_table(next(iter(changed.values())).rows(cols), output)
+        else:
+            Path(output).mkdir(parents=True, exist_ok=True)
+            for n, td in changed.items():
+                pq.write_table(td.rows(cols), str(Path(output) / f"{n}.parquet"))
+        return
+    if fmt == "json":
+        doc = d.to_json()
+        for n, td in changed.items():
+            rows = td.rows(cols)
+            doc["tables"][n]["rows"] = (rows.slice(0, limit) if limit is not None else rows).to_pylist()
+        text = json.dumps(doc, indent=2, default=str)
+    elif fmt == "jsonl":
+        lines = []
+        for n, td in changed.items():
+            rows = td.rows(cols)
+            for r in (rows.slice(0, limit) if limit is not None else rows).to_pylist():
+                lines.append(json.dumps({"table": n, **r}, default=str))
+        text = "\n".join(lines)
+    else:
+        parts = []
+        for n, td in changed.items():
+            c = td.counts
+            parts.append(f"=== {n} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
+            for sc in td.schema_changes:
+                parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
+            rows = td.rows(cols)
+            shown = rows.slice(0, limit) if limit is not None else rows.slice(0, 50)
+            for r in shown.to_pylist():
+                keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
+                if r["change"] == "update":
+                    cells = "; ".join(f"{col}: {r['before'].get(col)!r} -> {r['after'].get(col)!r}"
+                                      for col in r["changed_columns"] if col in (r["after"] or {}))
+                    parts.append(f"  ~ {keyv}: {cells}")
+                else:
+                    parts.append(f"  {'+' if r['change'] == 'insert' else '-'} {keyv}")
+            if shown.num_rows < rows.num_rows:
+                parts.append(f"  ... {rows.num_rows - shown.num_rows} more rows (use --limit or --format)")
+        text = "\n".join(parts) if parts else "no changes"
+    if output:
+        Path(output).write_text(text + "\n")
+    else:
+        click.echo(text)
+
+
 @cli.command()
 @common
 def cleanup(obj: Context) -> None:
