@@ -315,29 +315,44 @@ class TableDiff:
         return None
 
     @staticmethod
-    def _changes_since(snap: _Snapshot, version: int) -> tuple[pa.Table, pa.Array, pa.Array]:
-        """(rows inserted, ids of rows updated, ids of rows deleted) on ``snap``'s lineage since ``version``."""
+    def _changes_since(snap: _Snapshot, version: int) -> tuple[pa.Table, pa.Table, pa.Array]:
+        """(rows inserted, rows updated, ids of rows deleted) on ``snap``'s lineage since ``version``.
+
+        Updated rows carry ``_rowid``; their values are read by ``delta`` from the new fragments
+        they were written to (contiguous), which is far cheaper than fetching them by id."""
+        columns = snap.ds.schema.names
         if snap.tv.version == version:
-            none = pa.array([], pa.uint64())
-            return _empty(snap.ds.schema), none, none
+            return _empty(snap.ds.schema), _empty(snap.ds.schema).append_column(
+                "_rowid", pa.array([], pa.uint64())), pa.array([], pa.uint64())
         # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
         delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
-        inserted = delta.get_inserted_rows().read_all().select(snap.ds.schema.names)
-        updated = delta.get_updated_rows().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
+        inserted = delta.get_inserted_rows().read_all().select(columns)
+        updated = delta.get_updated_rows().read_all()
+        updated = updated.select(columns).append_column("_rowid", updated.column("_rowid").cast(pa.uint64()))
         deleted = delta.get_deleted_row_ids().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
         return inserted, updated, deleted
 
     def _delta_candidates(self, common: int) -> tuple[pa.Table, pa.Table]:
-        """Rows changed on either side since the common version; rows older than it share stable
-        row ids on both sides, so each side's current image is taken by row id."""
+        """Rows changed on either side since the common version. Rows older than it share stable
+        row ids on both sides, so a row touched on one side only is fetched from the other by id."""
         import pyarrow.compute as pc
+        from concurrent.futures import ThreadPoolExecutor
 
         b, a = self._before, self._after
         ins_b, upd_b, del_b = self._changes_since(b, common)
         ins_a, upd_a, del_a = self._changes_since(a, common)
-        touched = pc.unique(pa.concat_arrays([upd_b, del_b, upd_a, del_a]))
-        before = pa.concat_tables([ins_b, _take(b, _set_minus(touched, del_b), b.ds.schema.names)])
-        after = pa.concat_tables([ins_a, _take(a, _set_minus(touched, del_a), a.ds.schema.names)])
+        ids_upd_b = upd_b.column("_rowid").combine_chunks()
+        ids_upd_a = upd_a.column("_rowid").combine_chunks()
+        touched = pc.unique(pa.concat_arrays([ids_upd_b, del_b, ids_upd_a, del_a]))
+        fetch_b = _set_minus(_set_minus(touched, del_b), ids_upd_b)
+        fetch_a = _set_minus(_set_minus(touched, del_a), ids_upd_a)
+        # pylance releases the GIL: both sides' random reads run at once.
+        with ThreadPoolExecutor(2) as pool:
+            got_b = pool.submit(_take, b, fetch_b, b.ds.schema.names)
+            got_a = pool.submit(_take, a, fetch_a, a.ds.schema.names)
+            taken_b, taken_a = got_b.result(), got_a.result()
+        before = pa.concat_tables([ins_b, upd_b.drop_columns(["_rowid"]), taken_b])
+        after = pa.concat_tables([ins_a, upd_a.drop_columns(["_rowid"]), taken_a])
         self.plan = DiffPlan("delta", rows_planned=before.num_rows + after.num_rows)
         return before, after
 

@@ -529,6 +529,13 @@ class Repository:
             tx.delete(table, where)
         return tx.commit
 
+    def delete_keys(self, table: str, keys: Any, *, branch: str | None = None, actor: str | None = None,
+                    message: str | None = None) -> Commit:
+        """Delete rows by primary key (``keys``: a table with the key columns)."""
+        with self._one(branch, actor, message, f"Delete keys from {table}") as tx:
+            tx.delete_keys(table, keys)
+        return tx.commit
+
     def drop_table(self, table: str, *, branch: str | None = None, actor: str | None = None,
                    message: str | None = None) -> Commit:
         """Remove a table from the branch (its history stays readable)."""
@@ -1175,6 +1182,23 @@ class Transaction:
             ds.delete(where)
         except (OSError, ValueError) as exc:
             raise InvalidOperationError(f"delete from {name}: bad predicate {where!r}: {str(exc).splitlines()[0]}") from None
+        self._ops.append(f"delete {name}")
+        self._written(name, self._latest_version(name))
+
+    def delete_keys(self, name: str, keys: Any) -> None:
+        """Delete the rows whose primary key appears in ``keys`` (a table of the key columns)."""
+        self._require_open()
+        tv = self._table(name)
+        table = tbl.to_arrow(keys)
+        schema = tbl.open_version(self.repo.dataset_path(tv), tv.lance_branch, tv.version).schema
+        pk = list(tv.primary_key)
+        missing = [k for k in pk if k not in table.column_names]
+        if missing:
+            raise PrimaryKeyError(f"delete keys from {name}: key column(s) {missing} missing")
+        table = tbl.conform(table.select(pk), pa.schema([schema.field(k) for k in pk]), f"delete keys from {name}")
+        ds = self._writable(name)
+        if table.num_rows:
+            ds.merge_insert(pk).when_matched_delete().execute(table)
         self._ops.append(f"delete {name}")
         self._written(name, self._latest_version(name))
 
