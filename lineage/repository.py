@@ -1069,6 +1069,11 @@ class Transaction:
         tv = self._table(table)
         return tbl.open_version(self.repo.dataset_path(tv), tv.lance_branch, tv.version).to_table(**kwargs)
 
+    def schema(self, name: str) -> pa.Schema:
+        """A table's schema as this transaction sees it."""
+        tv = self._table(name)
+        return tbl.open_version(self.repo.dataset_path(tv), tv.lance_branch, tv.version).schema
+
     def _table(self, name: str) -> TableVersion:
         try:
             return self._tables[name]

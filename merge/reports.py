@@ -1,0 +1,169 @@
+"""Merge reports for CI: JUnit XML, SARIF 2.1.0, Markdown, JSON and GitHub workflow commands.
+
+Every conflict is listed in every format (never "the first N"), except Markdown, which shows the
+first rows per table for a readable step summary and says how many more there are.
+
+JSON schema (``report("json")``, stable; version 1)::
+
+    {"format": "trimerge-merge-report", "version": 1,
+     "status": "merged" | "up-to-date" | "conflicts", "dry_run": bool,
+     "source": {"ref": str, "commit": str}, "dest": {"branch": str, "commit": str},
+     "base": [commit ids], "commit": str | null, "strategy": ..., "granularity": str,
+     "stats": {table: {"action", "rows_from_source", "converged", "cells_merged", "conflicts",
+                       "resolved", "schema_changes"}},
+     "conflicts": [{"kind", "table", "key": {col: value} | null, "columns": [str],
+                    "base": {...} | null, "ours": {...} | null, "theirs": {...} | null, "message": str}]}
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trimerge.merge.engine import MergeResult
+
+FORMATS = ("junit", "sarif", "markdown", "json", "github")
+MARKDOWN_ROWS_PER_TABLE = 20
+
+RULES = {
+    "table.drop_modify": "Table dropped on one side and modified on the other",
+    "table.add_add": "Table added on both sides with different keys or schemas",
+    "table.update_update": "Table changed on both sides (table granularity)",
+    "schema.column": "Column added or changed differently on both sides",
+    "schema.drop_modify": "Column dropped on one side while the other changed its values",
+    "schema.primary_key": "Primary key changed",
+    "row.delete_modify": "Row deleted on one side and changed on the other",
+    "row.insert_insert": "Row inserted on both sides with different values",
+    "row.update_update": "Same cells changed differently on both sides",
+}
+
+
+def render(result: "MergeResult", fmt: str) -> str:
+    try:
+        return {"junit": junit, "sarif": sarif, "markdown": markdown, "json": as_json, "github": github}[fmt](result)
+    except KeyError:
+        from trimerge.lineage.errors import InvalidOperationError
+
+        raise InvalidOperationError(f"unknown report format {fmt!r} (use {', '.join(FORMATS)})") from None
+
+
+def as_json(result: "MergeResult") -> str:
+    return json.dumps({"format": "trimerge-merge-report", "version": 1, **result.to_json()}, indent=2, sort_keys=True)
+
+
+def _title(result: "MergeResult") -> str:
+    return f"merge {result.source_ref} into {result.dest}"
+
+
+def junit(result: "MergeResult") -> str:
+    """One testsuite per table, one failing testcase per conflict (a passing one for a clean table)."""
+    root = ET.Element("testsuites", name=f"trimerge {_title(result)}")
+    total = failures = 0
+    tables = sorted(set(result.stats) | {c.table for c in result.conflicts})
+    for table in tables:
+        conflicts = [c for c in result.conflicts if c.table == table]
+        suite = ET.SubElement(root, "testsuite", name=table, tests=str(max(1, len(conflicts))),
+                              failures=str(len(conflicts)), errors="0", skipped="0")
+        if not conflicts:
+            stats = result.stats.get(table)
+            ET.SubElement(suite, "testcase", classname=f"trimerge.merge.{table}",
+                          name=f"{table}: {stats.action if stats else 'unchanged'}")
+        for c in conflicts:
+            case = ET.SubElement(suite, "testcase", classname=f"trimerge.merge.{table}", name=c.describe())
+            failure = ET.SubElement(case, "failure", message=c.describe(), type=c.kind)
+            failure.text = json.dumps(c.to_json(), indent=2, sort_keys=True)
+        total += max(1, len(conflicts))
+        failures += len(conflicts)
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    root.set("errors", "0")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def sarif(result: "MergeResult") -> str:
+    """SARIF 2.1.0: one result per conflict, located logically at table[key] (no files involved)."""
+    from trimerge import __version__
+
+    results = []
+    for c in result.conflicts:
+        fq = c.table + ("[" + ", ".join(f"{k}={v!r}" for k, v in c.key.items()) + "]" if c.key else "")
+        results.append({
+            "ruleId": c.kind,
+            "level": "error",
+            "message": {"text": c.describe()},
+            "locations": [{"logicalLocations": [{"name": c.table, "fullyQualifiedName": fq, "kind": "object"}]}],
+            "properties": {"conflict": c.to_json()},
+        })
+    doc = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "trimerge", "version": __version__,
+                "informationUri": "https://github.com/trimerge/trimerge",
+                "rules": [{"id": k, "shortDescription": {"text": v}} for k, v in RULES.items()],
+            }},
+            "results": results,
+            "properties": {"status": result.status, "source": result.source_ref, "dest": result.dest,
+                           "sourceCommit": result.source.id, "destCommit": result.dest_commit.id},
+        }],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _cell(v) -> str:
+    text = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(result: "MergeResult") -> str:
+    """A summary table plus the first conflicting rows per table (for a CI step summary)."""
+    icon = {"merged": "✅", "up-to-date": "✅", "conflicts": "❌"}[result.status]
+    lines = [f"## {icon} trimerge: {_title(result)}", "",
+             f"**Status:** {result.status}{' (dry run)' if result.dry_run else ''} · "
+             f"**Conflicts:** {len(result.conflicts)} · source `{result.source.id[:10]}` · dest `{result.dest_commit.id[:10]}`"
+             + (f" · base `{result.base[0].id[:10]}`" if result.base else ""), ""]
+    if result.stats:
+        lines += ["| table | action | rows from source | converged | cells merged | conflicts |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for name, s in sorted(result.stats.items()):
+            lines.append(f"| {name} | {s.action} | {s.rows_from_source} | {s.converged} | {s.cells_merged} | {s.conflicts} |")
+        lines.append("")
+    by_table: dict[str, list] = {}
+    for c in result.conflicts:
+        by_table.setdefault(c.table, []).append(c)
+    for table, conflicts in sorted(by_table.items()):
+        lines += [f"### {table}: {len(conflicts)} conflict(s)", "",
+                  "| kind | key | columns | base | ours | theirs |", "|---|---|---|---|---|---|"]
+        for c in conflicts[:MARKDOWN_ROWS_PER_TABLE]:
+            lines.append(f"| {c.kind} | {_cell(c.key) if c.key else ''} | {', '.join(c.columns)} | "
+                         f"{_cell(c.base)} | {_cell(c.ours)} | {_cell(c.theirs)} |")
+        if len(conflicts) > MARKDOWN_ROWS_PER_TABLE:
+            lines.append(f"\n… and {len(conflicts) - MARKDOWN_ROWS_PER_TABLE} more (see the JSON or JUnit report)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github(result: "MergeResult") -> str:
+    """GitHub Actions workflow commands: one ``::error`` line per conflict."""
+    if not result.conflicts:
+        return f"::notice title={_escape_property('trimerge ' + _title(result))}::{result.status}\n"
+    lines = []
+    for c in result.conflicts:
+        title = _escape_property(f"{c.kind} in {c.table}")
+        detail = c.describe()
+        if c.ours is not None or c.theirs is not None:
+            detail += f" (base {json.dumps(c.base, default=str)}, ours {json.dumps(c.ours, default=str)}, " \
+                      f"theirs {json.dumps(c.theirs, default=str)})"
+        lines.append(f"::error title={title}::{_escape_data(detail)}")
+    return "\n".join(lines) + "\n"
