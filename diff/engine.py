@@ -34,6 +34,8 @@ from trimerge.lineage.repository import Repository
 from trimerge.lineage.tables import _plain_type
 
 ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
+ROWID = "_rowid"
+BEFORE_ROWID, AFTER_ROWID = "_before_rowid", "_after_rowid"
 Status = Literal["added", "dropped", "modified", "unchanged"]
 Progress = Callable[[str, str], None]
 
@@ -164,10 +166,29 @@ def _row_ids(snap: _Snapshot, frag: Any) -> pa.Array:
     return t.column("_rowid").combine_chunks()
 
 
-def _take(snap: _Snapshot, row_ids: pa.Array | list[int], columns: list[str]) -> pa.Table:
+def _with_ids(table: pa.Table, ids: pa.Array) -> pa.Table:
+    return table.append_column(ROWID, ids.cast(pa.uint64()))
+
+
+def _empty_with_ids(schema: pa.Schema) -> pa.Table:
+    return _with_ids(schema.empty_table(), pa.array([], pa.uint64()))
+
+
+def _scan(snap: _Snapshot, **kwargs: Any) -> pa.Table:
+    """Rows of ``snap`` with their stable row id as the last column."""
+    t = snap.ds.to_table(with_row_id=True, **kwargs)
+    return t.select(snap.ds.schema.names + [ROWID]).cast(
+        pa.schema(list(snap.ds.schema) + [pa.field(ROWID, pa.uint64())]))
+
+
+def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
+    """Rows by stable row id (in that order), with the ids as the last column."""
     if len(row_ids) == 0:
-        return snap.ds.schema.empty_table().select(columns)
-    return snap.ds._take_rows(row_ids, columns=columns)
+        return _empty_with_ids(snap.ds.schema.empty_table().select(columns).schema)
+    rows = snap.ds._take_rows(row_ids, columns=columns)
+    if rows.num_rows != len(row_ids):
+        raise RuntimeError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
+    return _with_ids(rows, row_ids)
 
 
 def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
@@ -244,11 +265,15 @@ class TableDiff:
     def rows(self, columns: Sequence[str] | None = None) -> pa.Table:
         """Changed rows: key columns, ``change`` (insert/delete/update), ``changed_columns``,
         and ``before`` / ``after`` structs of the non-key values (null for insert / delete)."""
+        rows = self.rows_with_row_ids().drop_columns([BEFORE_ROWID, AFTER_ROWID])
+        return rows if columns is None else _project(rows, columns)
+
+    def rows_with_row_ids(self) -> pa.Table:
+        """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,
+        ``_after_rowid``; null where the row is absent) — what a merge needs to rewrite rows in place."""
         if self._rows is None:
             self._rows = self._compute()
-        if columns is None:
-            return self._rows
-        return _project(self._rows, columns)
+        return self._rows
 
     def iter_batches(self, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
         yield from self.rows().to_batches(max_chunksize=max_rows)
@@ -280,17 +305,17 @@ class TableDiff:
     def _find_candidates(self) -> tuple[pa.Table, pa.Table]:
         b, a = self._before, self._after
         if self.status == "added":
-            t = a.ds.to_table()
+            t = _scan(a)
             self.plan = DiffPlan("added", fragments_read=len(a.ds.get_fragments()), rows_planned=t.num_rows)
-            return _empty(a.schema), t
+            return _empty_with_ids(a.schema), t
         if self.status == "dropped":
-            t = b.ds.to_table()
+            t = _scan(b)
             self.plan = DiffPlan("dropped", fragments_read=len(b.ds.get_fragments()), rows_planned=t.num_rows)
-            return t, _empty(b.schema)
+            return t, _empty_with_ids(b.schema)
         if self.status == "unchanged":
-            return _empty(b.schema), _empty(a.schema)
+            return _empty_with_ids(b.schema), _empty_with_ids(a.schema)
         if b.tv.dataset != a.tv.dataset:
-            tb, ta = b.ds.to_table(), a.ds.to_table()
+            tb, ta = _scan(b), _scan(a)
             self.plan = DiffPlan("full", fragments_read=len(b.ds.get_fragments()) + len(a.ds.get_fragments()),
                                  rows_planned=tb.num_rows + ta.num_rows)
             return tb, ta
@@ -322,13 +347,13 @@ class TableDiff:
         they were written to (contiguous), which is far cheaper than fetching them by id."""
         columns = snap.ds.schema.names
         if snap.tv.version == version:
-            return _empty(snap.ds.schema), _empty(snap.ds.schema).append_column(
-                "_rowid", pa.array([], pa.uint64())), pa.array([], pa.uint64())
+            return _empty_with_ids(snap.ds.schema), _empty_with_ids(snap.ds.schema), pa.array([], pa.uint64())
         # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
         delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
-        inserted = delta.get_inserted_rows().read_all().select(columns)
+        inserted = delta.get_inserted_rows().read_all()
+        inserted = _with_ids(inserted.select(columns), inserted.column(ROWID).combine_chunks())
         updated = delta.get_updated_rows().read_all()
-        updated = updated.select(columns).append_column("_rowid", updated.column("_rowid").cast(pa.uint64()))
+        updated = _with_ids(updated.select(columns), updated.column(ROWID).combine_chunks())
         deleted = delta.get_deleted_row_ids().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
         return inserted, updated, deleted
 
@@ -351,8 +376,8 @@ class TableDiff:
             got_b = pool.submit(_take, b, fetch_b, b.ds.schema.names)
             got_a = pool.submit(_take, a, fetch_a, a.ds.schema.names)
             taken_b, taken_a = got_b.result(), got_a.result()
-        before = pa.concat_tables([ins_b, upd_b.drop_columns(["_rowid"]), taken_b])
-        after = pa.concat_tables([ins_a, upd_a.drop_columns(["_rowid"]), taken_a])
+        before = pa.concat_tables([ins_b, upd_b, taken_b])
+        after = pa.concat_tables([ins_a, upd_a, taken_a])
         self.plan = DiffPlan("delta", rows_planned=before.num_rows + after.num_rows)
         return before, after
 
@@ -376,16 +401,16 @@ class TableDiff:
                 ids_a.append(_set_minus(ra, rb))
             elif in_b:
                 plan.fragments_read += 1
-                before_parts.append(b.ds.scanner(fragments=[in_b[0]]).to_table())
+                before_parts.append(_scan(b, fragments=[in_b[0]]))
             else:
                 plan.fragments_read += 1
-                after_parts.append(a.ds.scanner(fragments=[in_a[0]]).to_table())
+                after_parts.append(_scan(a, fragments=[in_a[0]]))
         if ids_b:
             before_parts.append(_take(b, pa.concat_arrays(ids_b), b.ds.schema.names))
         if ids_a:
             after_parts.append(_take(a, pa.concat_arrays(ids_a), a.ds.schema.names))
-        before = pa.concat_tables(before_parts) if before_parts else _empty(b.ds.schema)
-        after = pa.concat_tables(after_parts) if after_parts else _empty(a.ds.schema)
+        before = pa.concat_tables(before_parts) if before_parts else _empty_with_ids(b.ds.schema)
+        after = pa.concat_tables(after_parts) if after_parts else _empty_with_ids(a.ds.schema)
         plan.rows_planned = before.num_rows + after.num_rows
         self.plan = plan
         return before, after
@@ -395,12 +420,8 @@ class TableDiff:
         key, common, added = self.compared_columns()
         before, after = self.candidates()
         return classify(before, after, key, common, added,
-                        before_columns=[c for c in before.column_names if c not in key],
-                        after_columns=[c for c in after.column_names if c not in key])
-
-
-def _empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
+                        before_columns=[c for c in before.column_names if c not in key and c != ROWID],
+                        after_columns=[c for c in after.column_names if c not in key and c != ROWID])
 
 
 def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -431,8 +452,16 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
 
     A key on both sides with equal compared values is no change (a moved or rewritten row)."""
     key = list(key)
-    b = pl.from_arrow(before.select(key + list(before_columns)))
-    a = pl.from_arrow(after.select(key + list(after_columns)))
+    id_b = [ROWID] if ROWID in before.column_names else []
+    id_a = [ROWID] if ROWID in after.column_names else []
+    b = pl.from_arrow(before.select(key + list(before_columns) + id_b))
+    a = pl.from_arrow(after.select(key + list(after_columns) + id_a))
+    if not id_b:
+        b = b.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
+    if not id_a:
+        a = a.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
+    b = b.rename({ROWID: BEFORE_ROWID})
+    a = a.rename({ROWID: AFTER_ROWID})
     assert isinstance(b, pl.DataFrame) and isinstance(a, pl.DataFrame)
     # Key columns may differ in type across a widening; compare in the after side's types.
     for k in key:
@@ -470,6 +499,8 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
         pl.col("changed_columns"),
         side("b", before_columns, in_b).alias("before"),
         side("a", after_columns, in_a).alias("after"),
+        pl.col(BEFORE_ROWID).cast(pl.UInt64),
+        pl.col(AFTER_ROWID).cast(pl.UInt64),
     ).sort(key)
     table = out.to_arrow()
     schema = pa.schema([f.with_type(_plain_type(_large_to_plain(f.type))) for f in table.schema])

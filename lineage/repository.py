@@ -1207,6 +1207,36 @@ class Transaction:
         self._ops.append(f"delete {name}")
         self._written(name, self._latest_version(name))
 
+    def replace_rows(self, name: str, row_ids: Sequence[int], expected_keys: pa.Table, rows: Any) -> bool:
+        """Remove the rows with these stable row ids and add ``rows`` — a write proportional to the
+        change, with no key join against the table. The ids are first checked to still hold
+        ``expected_keys`` (same order); if not, nothing is written and False is returned, so the
+        caller can fall back to key-based writes."""
+        self._require_open()
+        tv = self._table(name)
+        pk = list(tv.primary_key)
+        ds = self._writable(name)
+        ids = pa.array(row_ids, pa.uint64())
+        if len(ids):
+            found = ds._take_rows(ids, columns=pk)
+            if found.num_rows != len(ids) or found.to_pylist() != expected_keys.select(pk).to_pylist():
+                return False
+            before = ds.count_rows()
+            for start in range(0, len(ids), 50_000):
+                chunk = ids.slice(start, 50_000)
+                ds.delete("_rowid IN (" + ",".join(str(i) for i in chunk.to_pylist()) + ")")
+                ds = tbl.open_version(self.repo.dataset_path(self._tables[name]), self._tables[name].lance_branch, None)
+            if before - ds.count_rows() != len(ids):
+                raise InvalidOperationError(f"replace rows in {name}: row ids matched more or fewer rows than expected")
+        table = tbl.to_arrow(rows)
+        if table.num_rows:
+            table = tbl.conform(table, ds.schema, f"replace rows in {name}")
+            tbl.check_primary_key(table, pk, f"replace rows in {name}")
+            ds.insert(table)
+        self._ops.append(f"replace rows {name}")
+        self._written(name, self._latest_version(name))
+        return True
+
     def drop_table(self, name: str) -> None:
         """Remove the table from the branch."""
         self._require_open()

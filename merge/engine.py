@@ -233,6 +233,11 @@ class _TablePlan:
     upsert_tables: list[pa.Table] = field(default_factory=list)  # same, columnar (bulk path)
     deletes: list[dict[str, Any]] = field(default_factory=list)  # key dicts
     merged_schema: pa.Schema | None = None
+    # Where dest's current rows for the upserts and deletes are: (row id, key) pairs, when known for
+    # every one of them. Lets the apply remove rows by id and append, instead of joining on keys.
+    dest_row_ids: list[int] = field(default_factory=list)
+    dest_row_keys: list[pa.Table] = field(default_factory=list)
+    ids_complete: bool = True
 
     @property
     def writes(self) -> bool:
@@ -441,7 +446,7 @@ class _ThreeWay:
             return plan
         plan.merged_schema = merged
         key = list(o.primary_key)
-        ro, rt = d_o.rows(), d_t.rows()
+        ro, rt = d_o.rows_with_row_ids(), d_t.rows_with_row_ids()
         if not rt.num_rows:
             plan.stats.action = "merged" if plan.add_columns or plan.drop_columns or plan.widen else "kept"
             return plan
@@ -466,6 +471,14 @@ class _ThreeWay:
         deletes = rows.filter(pl.col("change") == "delete")
         if deletes.height:
             plan.deletes.extend(deletes.select(key).to_dicts())
+        # Dest still holds the base image of every row only the source changed: its base row id.
+        existing = rows.filter(pl.col("change") != "insert")
+        if existing.height:
+            if existing["_before_rowid"].null_count():
+                plan.ids_complete = False
+            else:
+                plan.dest_row_ids.extend(existing["_before_rowid"].to_list())
+                plan.dest_row_keys.append(existing.select(key).to_arrow())
         keep = rows.filter(pl.col("change") != "delete")
         if keep.height:
             after = keep.select(*key, pl.col("after").struct.unnest()) if keep.schema["after"] != pl.Null else keep.select(key)
@@ -492,7 +505,7 @@ class _ThreeWay:
                                                   message=f"deleted on {'dest' if co == 'delete' else 'source'}, "
                                                           f"changed on {'source' if co == 'delete' else 'dest'}"))
                 if s == "source-wins":
-                    self._apply_row(plan, kd, after_t, ct == "delete")
+                    self._apply_row(plan, kd, after_t, ct == "delete", r_o["_after_rowid"])
                 continue
             full_o = _row(kd, after_o, value_columns)
             full_t = _row(kd, after_t, value_columns)
@@ -506,7 +519,7 @@ class _ThreeWay:
                                                   _pick(before, differing), _pick(after_o, differing),
                                                   _pick(after_t, differing)))
                 if s == "source-wins":
-                    self._apply_row(plan, kd, after_t, False)
+                    self._apply_row(plan, kd, after_t, False, r_o["_after_rowid"])
                 continue
             # Cell level: take the source's cell where only the source changed it.
             changed_o = set(r_o["changed_columns"] or [])
@@ -530,15 +543,25 @@ class _ThreeWay:
                         taken += 1
             if taken:
                 plan.upserts.append(row)
+                self._dest_row(plan, kd, r_o["_after_rowid"])
                 plan.stats.cells_merged += taken
                 plan.stats.rows_from_source += 1
 
-    def _apply_row(self, plan: _TablePlan, key: dict, after: Mapping[str, Any] | None, delete: bool) -> None:
+    def _apply_row(self, plan: _TablePlan, key: dict, after: Mapping[str, Any] | None, delete: bool,
+                   dest_row_id: int | None) -> None:
         if delete or after is None:
             plan.deletes.append(key)
         else:
             plan.upserts.append({**key, **after})
+        self._dest_row(plan, key, dest_row_id)
         plan.stats.rows_from_source += 1
+
+    @staticmethod
+    def _dest_row(plan: _TablePlan, key: dict, dest_row_id: int | None) -> None:
+        """Remember where dest's current row for ``key`` is (None: dest has no such row)."""
+        if dest_row_id is not None:
+            plan.dest_row_ids.append(dest_row_id)
+            plan.dest_row_keys.append(pa.Table.from_pylist([key]))
 
 
 def _changed_columns(d: TableDiff) -> set[str]:
@@ -634,15 +657,20 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
                 tx.alter_column(name, col, dtype)
             if plan.add_columns:
                 tx.add_columns(name, [f.with_nullable(True) for f in plan.add_columns])
-            if plan.deletes:
-                tx.delete_keys(name, pa.Table.from_pylist(plan.deletes))
             parts = list(plan.upsert_tables)
             if plan.upserts:
                 parts.append(_conform_rows(pa.Table.from_pylist(plan.upserts), plan.merged_schema))
-            if parts:
-                schema = tx.schema(name)
-                rows = pa.concat_tables([_conform_rows(p, schema) for p in parts])
-                tx.upsert(name, rows.cast(schema))
+            schema = tx.schema(name)
+            rows = pa.concat_tables([_conform_rows(p, schema) for p in parts]).cast(schema) if parts else None
+            if plan.ids_complete and plan.dest_row_keys:
+                keys = pa.concat_tables([k.cast(pa.schema([schema.field(c) for c in k.column_names]))
+                                         for k in plan.dest_row_keys])
+                if tx.replace_rows(name, plan.dest_row_ids, keys, rows if rows is not None else schema.empty_table()):
+                    continue
+            if plan.deletes:
+                tx.delete_keys(name, pa.Table.from_pylist(plan.deletes))
+            if rows is not None:
+                tx.upsert(name, rows)
         for p in extra_parents:
             tx.add_parent(p)
         if not extra_parents and not tx._ops:

@@ -111,6 +111,17 @@ def apply_random_op(draw, repo, branch, composite, next_key, deleted):
             repo.upsert("t", theirs.take(picked), branch=branch)
 
 
+def check_row_ids(repo, td, a, b):
+    """The row ids the diff carries (used by merges to rewrite rows) point at the rows with those keys."""
+    rows = td.rows_with_row_ids()
+    for side, ref, ids in (("before", a, "_before_rowid"), ("after", b, "_after_rowid")):
+        present = rows.filter(pa.compute.is_valid(rows.column(ids)))
+        if not present.num_rows:
+            continue
+        got = repo.dataset("t", ref=ref)._take_rows(present.column(ids).to_pylist(), columns=["k1", "k2"])
+        assert got.to_pylist() == present.select(["k1", "k2"]).to_pylist(), side
+
+
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), composite=st.booleans(), n_main=st.integers(0, 4), n_feature=st.integers(1, 5))
@@ -141,6 +152,8 @@ def test_diff_matches_full_comparison(tmp_path_factory, data, composite, n_main,
         want = reference_diff(repo.read("t", ref=a), repo.read("t", ref=b), ["k1", "k2"])
         assert got == want, f"{td.plan} {a[:8]}..{b[:8]}"
         assert td.counts.rows_changed == len(want)
+        if td.status != "unchanged":
+            check_row_ids(repo, td, a, b)
     three = diff("main...feature", repo=repo).tables["t"]
     base = repo.merge_base("main", "feature")
     want = reference_diff(repo.read("t", ref=base.id), repo.read("t", ref="feature"), ["k1", "k2"])
