@@ -175,8 +175,8 @@ def _empty_with_ids(schema: pa.Schema) -> pa.Table:
 
 
 def _scan(snap: _Snapshot, **kwargs: Any) -> pa.Table:
-    """Rows of ``snap`` with their stable row id as the last column."""
-    t = snap.ds.to_table(with_row_id=True, **kwargs)
+    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last column."""
+    t = snap.ds.scanner(with_row_id=True, **kwargs).to_table()
     return t.select(snap.ds.schema.names + [ROWID]).cast(
         pa.schema(list(snap.ds.schema) + [pa.field(ROWID, pa.uint64())]))
 

@@ -40,7 +40,7 @@ def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
     if ".." in name or "\\" in name:
         raise InvalidNameError(f"invalid branch name {name!r}: rule 4: cannot contain '..' or '\\'")
     for segment in name.split("/"):
-        if not segment.isascii() or not _SEGMENT_CHARS.match(segment):
+        if not segment.isascii() or not _SEGMENT_CHARS.fullmatch(segment):
             raise InvalidNameError(
                 f"invalid branch name {name!r}: rule 5: segment {segment!r} may contain only ASCII letters, "
                 "digits, '.', '-' and '_'"
@@ -62,8 +62,10 @@ def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
             )
         if segment.endswith(".lock"):
             raise InvalidNameError(f"invalid branch name {name!r}: segment {segment!r} cannot end with '.lock'")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidNameError(f"invalid branch name: longer than {MAX_NAME_LENGTH} characters")
+    # Stored as one file name with '/' as %2F: keep it under the usual 255-byte limit.
+    if len(name) + 2 * name.count("/") > MAX_NAME_LENGTH:
+        raise InvalidNameError(
+            f"invalid branch name: longer than {MAX_NAME_LENGTH} characters (each '/' counts as 3)")
     if name in INTERNAL_BRANCHES or (name.startswith("__") and name.endswith("__")):
         if not (allow_internal and name in INTERNAL_BRANCHES):
             raise InvalidNameError(f"invalid branch name {name!r}: names of the form __x__ are reserved for internal branches")
@@ -78,7 +80,7 @@ def validate_tag_name(name: str) -> str:
         raise InvalidNameError("invalid tag name '': rule 1: a tag name cannot be empty")
     if not name.isascii():
         raise InvalidNameError(f"invalid tag name {name!r}: only ASCII characters are allowed (pylance breaks on others)")
-    if not _TAG_CHARS.match(name):
+    if not _TAG_CHARS.fullmatch(name):
         raise InvalidNameError(f"invalid tag name {name!r}: rule 2: may contain only letters, digits, '.', '-' and '_'")
     if name.startswith(".") or name.endswith("."):
         raise InvalidNameError(f"invalid tag name {name!r}: rule 3: cannot start or end with '.'")
@@ -93,7 +95,7 @@ def validate_tag_name(name: str) -> str:
 
 def validate_table_name(name: str) -> str:
     """Table names are identifiers (letters, digits, '_'; not starting with a digit)."""
-    if not isinstance(name, str) or not _TABLE_NAME.match(name) or len(name) > 128:
+    if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name) or len(name) > 128:
         raise InvalidNameError(
             f"invalid table name {name!r}: use letters, digits and '_', starting with a letter or '_' (at most 128)"
         )

@@ -228,6 +228,9 @@ class Repository:
         path = local_path(uri)
         if (path / META_DIR / "repo.json").exists():
             raise AlreadyExistsError(f"a trimerge repository exists already at {path}")
+        if (path / META_DIR).exists():
+            # An init that died before writing repo.json: nothing was ever committed on top of it.
+            shutil.rmtree(path / META_DIR)
         path.mkdir(parents=True, exist_ok=True)
         repo = cls(path)
         meta = repo._meta
@@ -415,6 +418,16 @@ class Repository:
                 ) from None
             raise
 
+    def check_readable(self, commit: Commit) -> None:
+        """Raise :class:`DataReclaimedError` unless every table of ``commit`` still has its data."""
+        for name, tv in commit.tables.items():
+            path = Path(self.dataset_path(tv))
+            gone = not path.exists() or (tv.lance_branch != "main" and not (path / "tree" / tv.lance_branch).exists())
+            if gone:
+                raise DataReclaimedError(
+                    f"commit {commit.id[:10]}: data of table {name!r} was reclaimed by cleanup after its branch was "
+                    "deleted; it can no longer be branched from or tagged")
+
     def dataset(self, table: str, ref: str | None = None) -> lance.LanceDataset:
         """The table at ``ref`` as a read-only, version-pinned Lance dataset."""
         return self.open_table_version(self.table_version(table, ref))
@@ -424,7 +437,13 @@ class Repository:
         """Read a table at any ref (branch, tag, commit id or prefix, expression, or an address)."""
         table, ref = self._split_address(table, ref)
         ds = self.dataset(table, ref)
-        return ds.to_table(columns=list(columns) if columns else None, filter=filter)
+        try:
+            return ds.to_table(columns=list(columns) if columns else None, filter=filter)
+        except (OSError, ValueError) as exc:
+            if filter is None and columns is None:
+                raise
+            raise InvalidOperationError(
+                f"cannot read {table}: bad filter or columns ({str(exc).splitlines()[0][:200]})") from None
 
     def schema(self, table: str, ref: str | None = None) -> pa.Schema:
         return self.dataset(table, ref).schema
@@ -441,11 +460,7 @@ class Repository:
             values = [key]
         if len(values) != len(primary_key):
             raise PrimaryKeyError(f"key {key!r} does not match the primary key {list(primary_key)}")
-        expr = None
-        for col, value in zip(primary_key, values):
-            term = pc.field(col) == value
-            expr = term if expr is None else expr & term
-        return expr
+        return tbl.key_filter(primary_key, values)
 
     def entity(self, table: str, key: Any, ref: str | None = None) -> dict[str, Any] | None:
         """One row by primary key at ``ref`` (None if absent). ``key``: value, tuple or dict."""
@@ -801,6 +816,11 @@ class Repository:
                 shutil.rmtree(ds_dir, ignore_errors=True)
                 report.datasets_removed.append(ds_dir.name)
         self._reclaim_forks(wanted, None, report)
+        for t in self.tags.list():
+            try:
+                self.tags._pin(t)  # a tag whose creator died before pinning
+            except Exception:  # its data is gone or unreadable: nothing to pin
+                pass
         tag_names = {t.name for t in self.tags.list()}
         for ds_dir in sorted(root.iterdir()) if root.exists() else []:
             ds = lance.dataset(str(ds_dir))
@@ -887,6 +907,7 @@ class BranchManager:
             )
         source = self.repo._default_ref(from_ref)
         commit = self.repo.resolve(source)
+        self.repo.check_readable(commit)
         parent = source if self.exists(source) else None
         branch = Branch(name, commit.id, str(ULID()), _now(), parent)
         if not self.repo._meta.create(self._key(name), branch.to_json()):
@@ -967,15 +988,28 @@ class TagManager:
         if self.get_or_none(name):
             raise AlreadyExistsError(f"tag {name!r} exists already")
         commit = repo.resolve(repo._default_ref(ref))
-        # Pin first: a crash leaves an orphan pin (cleanup removes it), never an unpinned tag.
-        for tv in commit.tables.values():
-            ds = lance.dataset(repo.dataset_path(tv))
-            if f"t-{name}" not in ds.tags.list():
-                ds.tags.create(f"t-{name}", (tv.lance_branch, tv.version))
+        repo.check_readable(commit)
         tag = Tag(name, commit.id, _now(), actor or default_actor(), message)
+        # Claim the name atomically first, so racing creators cannot touch each other's pins.
         if not repo._meta.create(self._key(name), tag.to_json()):
             raise AlreadyExistsError(f"tag {name!r} exists already")
+        try:
+            self._pin(tag)
+        except BaseException:
+            repo._meta.delete(self._key(name))
+            raise
         return tag
+
+    def _pin(self, tag: Tag) -> None:
+        """Lance tags ``t-<name>`` on every tagged table version (an orphan of a crash is re-pointed)."""
+        for tv in self.repo.commit(tag.commit_id).tables.values():
+            ds = lance.dataset(self.repo.dataset_path(tv))
+            pin = f"t-{tag.name}"
+            existing = ds.tags.list().get(pin)
+            if existing is None:
+                ds.tags.create(pin, (tv.lance_branch, tv.version))
+            elif (existing.get("branch") or "main", existing.get("version")) != (tv.lance_branch, tv.version):
+                ds.tags.update(pin, (tv.lance_branch, tv.version))
 
     def delete(self, name: str) -> None:
         repo = self.repo
@@ -1133,8 +1167,8 @@ class Transaction:
         tv = self._table(name)
         table = tbl.to_arrow(data)
         current_schema = tbl.open_version(self.repo.dataset_path(tv), tv.lance_branch, tv.version).schema
-        table = tbl.conform(table, current_schema, f"{what} {name}")
         tbl.check_primary_key(table, tv.primary_key, f"{what} {name}")
+        table = tbl.conform(table, current_schema, f"{what} {name}")
         return self._writable(name), table, tv.primary_key
 
     def append(self, name: str, data: Any) -> None:

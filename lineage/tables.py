@@ -12,11 +12,14 @@ from trimerge.lineage.errors import PrimaryKeyError, SchemaMismatchError
 
 PK_METADATA = b"lance-schema:unenforced-primary-key"
 
-_VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+# Arrow view and large types (what polars exports) become the plain types: Lance filters and
+# pyarrow-expression pushdown do not support large_string.
+_VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary(),
+               pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
-    """Replace Arrow view types (what polars exports) with the plain types Lance stores."""
+    """Replace Arrow view and large types with the plain types trimerge stores."""
     if t in _VIEW_TYPES:
         return _VIEW_TYPES[t]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
@@ -124,11 +127,12 @@ def fragment_signature(ds: lance.LanceDataset) -> tuple:
     return (ds.schema.to_string(), frags)
 
 
-# Lossless type changes allowed by alter_column: from -> set of wider types.
+# Lossless type changes allowed by alter_column: from -> set of wider types (int -> float is
+# lossless for small ints but Lance cannot cast it in place).
 _WIDENINGS = {
-    pa.int8(): {pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64()},
-    pa.int16(): {pa.int32(), pa.int64(), pa.float32(), pa.float64()},
-    pa.int32(): {pa.int64(), pa.float64()},
+    pa.int8(): {pa.int16(), pa.int32(), pa.int64()},
+    pa.int16(): {pa.int32(), pa.int64()},
+    pa.int32(): {pa.int64()},
     pa.uint8(): {pa.uint16(), pa.uint32(), pa.uint64(), pa.int16(), pa.int32(), pa.int64()},
     pa.uint16(): {pa.uint32(), pa.uint64(), pa.int32(), pa.int64()},
     pa.uint32(): {pa.uint64(), pa.int64()},
@@ -141,3 +145,33 @@ _WIDENINGS = {
 
 def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
     return new in _WIDENINGS.get(old, set())
+
+
+def sql_literal(value: Any) -> str | None:
+    """``value`` as a Lance SQL literal, or None when there is no safe spelling for it."""
+    import datetime as dt
+
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, dt.datetime):
+        return None
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    return None
+
+
+def key_filter(primary_key: Sequence[str], values: Sequence[Any]) -> str | pc.Expression:
+    """A filter selecting one key: SQL where every value has a literal (works for every string
+    type), else a pyarrow expression."""
+    literals = [sql_literal(v) for v in values]
+    if all(lit is not None for lit in literals):
+        return " AND ".join(f"`{c}` = {lit}" for c, lit in zip(primary_key, literals))
+    expr = None
+    for col, value in zip(primary_key, values):
+        term = pc.field(col) == value
+        expr = term if expr is None else expr & term
+    return expr

@@ -75,6 +75,23 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 class TrimergeGroup(click.Group):
     """Turns every error into one line and a documented exit code."""
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.UsageError as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else "trimerge"
+            click.echo(f"error: {exc.format_message()} (see '{path} --help')", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.exceptions.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -108,7 +125,8 @@ def cli(ctx: click.Context, path: str | None, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv, prog_name="trimerge", standalone_mode=True)
+    """Console entry point."""
+    cli.main(args=argv, prog_name="trimerge")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -213,7 +231,7 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
     from trimerge.demo import run_demo
     from trimerge.lineage.repository import Repository
 
-    target = directory or "trimerge-demo"
+    target = directory or (obj.path if obj.path != "." else "trimerge-demo")
     if (Path(target) / "_trimerge").exists():
         fail(f"{target} holds a repository already; pass another directory")
     quiet = obj.json

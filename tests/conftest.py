@@ -1,0 +1,163 @@
+"""Shared fixtures for the repository-core tests.
+
+* ``repo``: a fresh ``trimerge.Repository`` in a temporary directory.
+* ``make_table`` / ``T``: tiny pyarrow tables without boilerplate.
+* ``seeded``: a repository with ``airlines`` and ``airports`` on main.
+* ``cli``: runs ``trimerge.cli.cli`` in-process with click's ``CliRunner``.
+* ``run_trimerge``: runs the real ``trimerge`` console script in a subprocess (exit codes, stderr).
+* ``run_script``: runs a Python snippet with ``sys.executable`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import lance
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import trimerge
+from trimerge.cli import cli as cli_group
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+# ---------------------------------------------------------------------------------------------- data helpers
+def make_table(**columns: Sequence[Any]) -> pa.Table:
+    """``make_table(carrier=["AA"], name=["American"])`` -> a pyarrow table."""
+    return pa.table({k: list(v) for k, v in columns.items()})
+
+
+T = make_table
+
+AIRLINES = {"carrier": ["AA", "UA", "DL"], "name": ["American", "United", "Delta"]}
+AIRPORTS = {"faa": ["JFK", "LGA", "XYZ"], "name": ["Kennedy", "LaGuardia", "Nowhere"]}
+
+
+def rows(table: pa.Table, key: str | Sequence[str]) -> list[dict]:
+    """Rows sorted by key, so results compare independently of physical order."""
+    keys = [key] if isinstance(key, str) else list(key)
+    return sorted(table.to_pylist(), key=lambda r: tuple(r[k] for k in keys))
+
+
+def as_map(table: pa.Table, key: str, value: str) -> dict:
+    return {r[key]: r[value] for r in table.to_pylist()}
+
+
+def lance_branches(repo: trimerge.Repository, table: str, ref: str = "main") -> list[str]:
+    """Lance branches (forks) of the dataset that holds ``table`` at ``ref``."""
+    tv = repo.table_version(table, ref)
+    return sorted(lance.dataset(repo.dataset_path(tv)).branches.list())
+
+
+def all_lance_branches(repo: trimerge.Repository) -> dict[str, list[str]]:
+    root = Path(repo.uri) / "tables"
+    return {d.name: sorted(lance.dataset(str(d)).branches.list()) for d in sorted(root.iterdir())}
+
+
+def lance_tags(repo: trimerge.Repository, table: str, ref: str = "main") -> list[str]:
+    tv = repo.table_version(table, ref)
+    return sorted(lance.dataset(repo.dataset_path(tv)).tags.list())
+
+
+# ---------------------------------------------------------------------------------------------- repositories
+@pytest.fixture
+def repo(tmp_path: Path) -> trimerge.Repository:
+    return trimerge.Repository.init(tmp_path / "repo")
+
+
+@pytest.fixture
+def seeded(repo: trimerge.Repository) -> trimerge.Repository:
+    """``airlines`` (key carrier) and ``airports`` (key faa) on main, one commit each."""
+    repo.create_table("airlines", make_table(**AIRLINES), primary_key=["carrier"], actor="setup")
+    repo.create_table("airports", make_table(**AIRPORTS), primary_key=["faa"], actor="setup")
+    return repo
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+class CliRunnerHelper:
+    """``cli("-C", path, "table", "list", "--json")`` -> CliResult (in-process)."""
+
+    def __init__(self, cwd: Path):
+        self.cwd = cwd
+        self.runner = CliRunner()
+
+    def __call__(self, *args: Any, ok: bool | None = None, env: dict | None = None) -> CliResult:
+        argv = [str(a) for a in args]
+        old = os.getcwd()
+        os.chdir(self.cwd)
+        try:
+            res = self.runner.invoke(cli_group, argv, catch_exceptions=True, env=env)
+        finally:
+            os.chdir(old)
+        out = CliResult(res.exit_code, res.stdout, res.stderr, res.exception)
+        if out.exception is not None and not isinstance(out.exception, SystemExit):
+            raise AssertionError(f"trimerge {' '.join(argv)} raised {out.exception!r}") from out.exception
+        if ok is True:
+            assert out.exit_code == 0, f"trimerge {' '.join(argv)} -> {out.exit_code}: {out.stderr}{out.stdout}"
+        return out
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> CliRunnerHelper:
+    return CliRunnerHelper(tmp_path)
+
+
+def trimerge_command() -> list[str]:
+    exe = shutil.which("trimerge")
+    return [exe] if exe else [sys.executable, "-m", "trimerge.cli"]
+
+
+def run_trimerge_subprocess(*args: Any, cwd: Path | None = None, env: dict | None = None,
+                            timeout: float = 120) -> CliResult:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("TRIMERGE_DEBUG", None)
+    proc = subprocess.run([*trimerge_command(), *[str(a) for a in args]], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def run_trimerge(tmp_path: Path):
+    """Run the installed ``trimerge`` console script (real process, real exit code)."""
+
+    def run(*args: Any, env: dict | None = None) -> CliResult:
+        return run_trimerge_subprocess(*args, cwd=tmp_path, env=env)
+
+    return run
+
+
+def run_python(code: str, *args: Any, env: dict | None = None, timeout: float = 120,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *[str(a) for a in args]],
+                          env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def run_script():
+    return run_python
