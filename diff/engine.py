@@ -73,7 +73,7 @@ class DiffCounts:
 class DiffPlan:
     """What the metadata said before any row was read."""
 
-    method: Literal["none", "delta", "fragments", "full", "added", "dropped"]
+    method: Literal["none", "delta", "fragments", "full", "added", "dropped", "spark"]
     fragments_skipped: int = 0
     fragments_deletion_only: int = 0
     fragments_read: int = 0
@@ -218,6 +218,21 @@ class TableDiff:
             self.status = "modified"
         self.plan = DiffPlan(method="none" if self.status == "unchanged" else self.status)  # refined by _candidates
         self._candidates_cache: tuple[pa.Table, pa.Table] | None = None
+        self.engine: Literal["local", "spark"] = "local"
+        self._spark: Any = None
+
+    def use_spark(self, spark: Any) -> None:
+        """Compute this table's rows on Spark (same schema and rows as the local engine)."""
+        self.engine, self._spark = "spark", spark
+
+    def to_spark(self, spark: Any = None) -> Any:
+        """The changed rows as a Spark DataFrame. On the Spark engine nothing is collected on the driver."""
+        from trimerge.diff import spark as sp
+
+        session = spark or self._spark or sp.get_spark()
+        if self.engine == "spark" and self.status != "unchanged":
+            return sp.spark_frame(self, session)
+        return session.createDataFrame(self.rows())
 
     # -- public
     @property
@@ -272,7 +287,16 @@ class TableDiff:
         """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,
         ``_after_rowid``; null where the row is absent) — what a merge needs to rewrite rows in place."""
         if self._rows is None:
-            self._rows = self._compute()
+            if self.engine == "spark" and self.status != "unchanged":
+                from trimerge.diff.spark import spark_rows
+
+                rows = spark_rows(self, self._spark)
+                n = rows.num_rows
+                self._rows = rows.append_column(BEFORE_ROWID, pa.nulls(n, pa.uint64())).append_column(
+                    AFTER_ROWID, pa.nulls(n, pa.uint64()))
+                self.plan = DiffPlan("spark")
+            else:
+                self._rows = self._compute()
         return self._rows
 
     def iter_batches(self, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
@@ -569,13 +593,18 @@ def parse_range(spec: str) -> tuple[str, str, bool]:
 
 def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
          engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
-         progress: Progress | None = None) -> Diff:
+         spark_threshold: int | None = None, progress: Progress | None = None) -> Diff:
     """Compare two refs table by table.
 
     ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
     ``diff("main...feature")`` compares the merge base of the two with ``feature`` (what a merge
     of feature would bring). ``a``/``b`` may be ``Ref`` objects or addresses ``REF::TABLE``.
-    Rows are computed lazily per table (``d.tables[name].rows()``, ``.counts``)."""
+    Rows are computed lazily per table (``d.tables[name].rows()``, ``.counts``).
+
+    ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
+    active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
+    whose planned candidate rows exceed ``spark_threshold`` (default
+    ``trimerge.diff.spark.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``)."""
     from trimerge.lineage.address import is_address, parse_address
     from trimerge.lineage.repository import Ref
 
@@ -623,8 +652,18 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     for name in names:
         result.tables[name] = TableDiff(name, _Snapshot(repo, before.tables.get(name)),
                                         _Snapshot(repo, after.tables.get(name)))
-    if engine == "spark":
-        raise InvalidOperationError("engine='spark' is not available in this version; use engine='local'")
+    if engine not in ("local", "spark", "auto"):
+        raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
+    if engine != "local":
+        from trimerge.diff import spark as sp
+
+        threshold = sp.spark_threshold() if spark_threshold is None else spark_threshold
+        for td in result.tables.values():
+            if td.status == "unchanged":
+                continue
+            if engine == "spark" or sp.estimate_rows(td) > threshold:
+                spark = spark or sp.get_spark()
+                td.use_spark(spark)
     if progress is not None:
         for name, td in result.tables.items():
             progress(name, "start")

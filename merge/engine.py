@@ -247,7 +247,10 @@ class _TablePlan:
 
 class _ThreeWay:
     def __init__(self, repo: Repository, base: Commit | None, ours: Commit, theirs: Commit, *, strategy: Any,
-                 granularity: str, base_tables: Mapping[str, TableVersion] | None = None):
+                 granularity: str, base_tables: Mapping[str, TableVersion] | None = None, engine: str = "local",
+                 spark: Any = None):
+        self.engine = engine
+        self.spark = spark
         self.repo = repo
         self.base = base
         self.ours = ours
@@ -274,7 +277,14 @@ class _ThreeWay:
         return strategy
 
     def _diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
-        return TableDiff(name, _Snapshot(self.repo, before), _Snapshot(self.repo, after))
+        td = TableDiff(name, _Snapshot(self.repo, before), _Snapshot(self.repo, after))
+        if self.engine != "local" and td.status != "unchanged":
+            from trimerge.diff import spark as sp
+
+            if self.engine == "spark" or sp.estimate_rows(td) > sp.spark_threshold():
+                self.spark = self.spark or sp.get_spark()
+                td.use_spark(self.spark)
+        return td
 
     # -- table level
     def _table(self, name: str) -> _TablePlan:
@@ -685,10 +695,13 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
 def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: Commit | None,
          base_tables: dict[str, TableVersion] | None, bases: list[Commit], strategy: Any, granularity: str,
          dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
-         merge_commit: bool) -> MergeResult:
+         merge_commit: bool, engine: str = "local", spark: Any = None) -> MergeResult:
     _validate_options(strategy, granularity)
+    if engine not in ("local", "spark", "auto"):
+        raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     ours = repo.resolve(dest)
-    three = _ThreeWay(repo, base, ours, theirs, strategy=strategy, granularity=granularity, base_tables=base_tables)
+    three = _ThreeWay(repo, base, ours, theirs, strategy=strategy, granularity=granularity, base_tables=base_tables,
+                      engine=engine, spark=spark)
     three.run()
     result = MergeResult(status="merged", source_ref=source_ref, dest=dest, source=theirs, dest_commit=ours,
                          base=bases, conflicts=three.conflicts, stats={n: p.stats for n, p in three.plans.items()},
@@ -713,13 +726,14 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
 def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
           dry_run: bool = False, actor: str | None = None, message: str | None = None,
-          metadata: Mapping[str, str] | None = None, engine: str = "auto") -> MergeResult:
+          metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
     (never a fast-forward). Returns status ``up-to-date`` without a commit when the source is
     already contained in dest. Conflicts without a ``strategy`` raise :class:`MergeConflictError`
-    (with ``dry_run=True`` they are returned with status ``conflicts``)."""
+    (with ``dry_run=True`` they are returned with status ``conflicts``). ``engine="spark"`` computes
+    the two diffs on Spark (``"auto"``: only for tables whose planned rows exceed the threshold)."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     _validate_options(strategy, granularity)
     theirs = repo.resolve(src)
@@ -731,7 +745,8 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     base, base_tables = _pick_base(repo, bases)
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, base=base, base_tables=base_tables, bases=bases,
                 strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor,
-                message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True)
+                message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True,
+                engine=engine, spark=spark)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,

@@ -1,0 +1,305 @@
+"""Spark execution of table diffs (PySpark, no JVM connector needed).
+
+The driver plans exactly like the local engine's fragment plan — identical fragments skipped,
+fragments that differ only in their deletion vector reduced to the row ids whose deletion state
+differs, other fragments read (sliced when large) — and ships small JSON tasks to executors,
+which read with pylance (``diff/spark_tasks.py``). Spark then joins both sides by primary key and
+compares values null-safely, producing the same schema and rows as the local ``rows()``.
+
+Both snapshots are pinned with Lance tags ``p-<ulid>`` for the duration of a job so cleanup cannot
+remove them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import warnings
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+import lance
+import pyarrow as pa
+from ulid import ULID
+
+from trimerge.lineage.errors import TrimergeError
+
+if TYPE_CHECKING:
+    from trimerge.diff.engine import TableDiff, _Snapshot
+
+#: Planned candidate rows above which ``engine="auto"`` hands a table's diff to Spark. Chosen from
+#: the crossover measured by ``benchmarks/bench_spark.py`` on a 2-core machine (see README).
+DEFAULT_SPARK_THRESHOLD = 20_000_000
+ROWS_PER_TASK = 1_000_000  # fragment slice size
+IDS_PER_TASK = 200_000
+
+
+class SparkUnavailableError(TrimergeError):
+    """PySpark or Java is missing, or no Spark session could be started."""
+
+
+def spark_threshold() -> int:
+    return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+    warnings.filterwarnings("ignore", category=UserWarning, module="pyspark")
+    warnings.filterwarnings("ignore", message="lance is not fork-safe")
+
+
+def get_spark(master: str | None = None, memory: str | None = None):
+    """An existing active SparkSession, or a new one configured for trimerge.
+
+    Sets ``PYSPARK_PYTHON`` to this interpreter (executors need pylance and pyarrow) and gives a
+    clear error when PySpark or Java is missing."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailableError("PySpark is not installed: pip install 'trimerge[spark]'") from None
+    _quiet()
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        return active
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise SparkUnavailableError("Java is not installed (Spark needs Java 17+): install a JDK or set JAVA_HOME")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (SparkSession.builder.appName("trimerge-diff").master(master or os.environ.get("TRIMERGE_SPARK_MASTER", "local[*]"))
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 2))))
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"))
+    if memory:
+        builder = builder.config("spark.driver.memory", memory).config("spark.executor.memory", memory)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # the JVM failed to start
+        raise SparkUnavailableError(f"could not start Spark: {str(exc).splitlines()[0]}") from None
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+# ------------------------------------------------------------------------------------------ planning
+def _side_tasks_full(snap: "_Snapshot", fragments: list) -> list[dict]:
+    tasks = []
+    base = {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version}
+    for frag in fragments:
+        n = frag.physical_rows
+        if n <= ROWS_PER_TASK:
+            tasks.append({**base, "mode": "fragment", "fragment": frag.fragment_id})
+        else:
+            for off in range(0, n, ROWS_PER_TASK):
+                tasks.append({**base, "mode": "fragment", "fragment": frag.fragment_id, "offset": off,
+                              "limit": ROWS_PER_TASK})
+    return tasks
+
+
+def _side_tasks_rows(snap: "_Snapshot", ids: pa.Array) -> list[dict]:
+    base = {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version}
+    return [{**base, "mode": "rows", "row_ids": ids.slice(i, IDS_PER_TASK).to_pylist()}
+            for i in range(0, len(ids), IDS_PER_TASK)]
+
+
+def _live_rows(frag) -> int:
+    meta = frag.metadata.to_json()
+    deleted = (meta.get("deletion_file") or {}).get("num_deleted_rows") or 0
+    return meta["physical_rows"] - deleted
+
+
+def estimate_rows(td: "TableDiff") -> int:
+    """Candidate rows the fragment plan would read, from metadata alone (no row is read)."""
+    from trimerge.diff.engine import _fragment_files
+
+    b, a = td._before, td._after
+    if td.status == "unchanged":
+        return 0
+    if td.status == "added":
+        return a.ds.count_rows()
+    if td.status == "dropped":
+        return b.ds.count_rows()
+    if b.tv.dataset != a.tv.dataset:
+        return b.ds.count_rows() + a.ds.count_rows()
+    fb, fa = _fragment_files(b), _fragment_files(a)
+    total = 0
+    for files in fb.keys() | fa.keys():
+        in_b, in_a = fb.get(files), fa.get(files)
+        if in_b and in_a:
+            if in_b[1] != in_a[1]:
+                total += abs(_live_rows(in_b[0]) - _live_rows(in_a[0]))
+        else:
+            total += _live_rows((in_b or in_a)[0])
+    return total
+
+
+def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
+    """(before tasks, after tasks) of the fragment plan."""
+    from trimerge.diff.engine import _fragment_files, _row_ids, _set_minus
+
+    b, a = td._before, td._after
+    if td.status == "unchanged":
+        return [], []
+    if td.status == "added":
+        return [], _side_tasks_full(a, a.ds.get_fragments())
+    if td.status == "dropped":
+        return _side_tasks_full(b, b.ds.get_fragments()), []
+    if b.tv.dataset != a.tv.dataset:
+        return _side_tasks_full(b, b.ds.get_fragments()), _side_tasks_full(a, a.ds.get_fragments())
+    fb, fa = _fragment_files(b), _fragment_files(a)
+    full_b, full_a, ids_b, ids_a = [], [], [], []
+    for files in fb.keys() | fa.keys():
+        in_b, in_a = fb.get(files), fa.get(files)
+        if in_b and in_a:
+            if in_b[1] == in_a[1]:
+                continue
+            rb, ra = _row_ids(b, in_b[0]), _row_ids(a, in_a[0])
+            ids_b.append(_set_minus(rb, ra))
+            ids_a.append(_set_minus(ra, rb))
+        elif in_b:
+            full_b.append(in_b[0])
+        else:
+            full_a.append(in_a[0])
+    before = _side_tasks_full(b, full_b) + (_side_tasks_rows(b, pa.concat_arrays(ids_b)) if ids_b else [])
+    after = _side_tasks_full(a, full_a) + (_side_tasks_rows(a, pa.concat_arrays(ids_a)) if ids_a else [])
+    return before, after
+
+
+@contextmanager
+def pinned(td: "TableDiff") -> Iterator[None]:
+    """Lance tags on both snapshots while a Spark job reads them."""
+    pins = []
+    for snap in (td._before, td._after):
+        if snap.tv is None:
+            continue
+        ds = lance.dataset(snap.repo.dataset_path(snap.tv))
+        name = f"p-{str(ULID()).lower()}"
+        ds.tags.create(name, (snap.tv.lance_branch, snap.tv.version))
+        pins.append((ds, name))
+    try:
+        yield
+    finally:
+        for ds, name in pins:
+            try:
+                ds.tags.delete(name)
+            except Exception:  # removed by cleanup once old
+                pass
+
+
+# ------------------------------------------------------------------------------------------ execution
+def _side_frame(spark, tasks: list[dict], schema: pa.Schema):
+    """A DataFrame of one side's candidate rows, read by executors (one task per partition)."""
+    from pyspark import cloudpickle
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from trimerge.diff import spark_tasks
+
+    cloudpickle.register_pickle_by_value(spark_tasks)
+    spark_schema = from_arrow_schema(schema)
+    columns = schema.names
+    texts = [(json.dumps(t),) for t in tasks]
+    if not texts:
+        return spark.createDataFrame([], spark_schema)
+    frame = spark.createDataFrame(texts, "task string").repartition(len(texts))
+    reader = spark_tasks.make_reader(columns, schema.serialize().to_pybytes())
+    return frame.mapInArrow(reader, spark_schema)
+
+
+def _spark_safe(schema: pa.Schema) -> pa.Schema:
+    """Spark has no unsigned or large types; read them as the nearest signed/plain ones."""
+    out = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_unsigned_integer(t):
+            t = {8: pa.int16(), 16: pa.int32(), 32: pa.int64(), 64: pa.decimal128(20, 0)}[t.bit_width]
+        out.append(f.with_type(t))
+    return pa.schema(out)
+
+
+def spark_frame(td: "TableDiff", spark) -> Any:
+    """The table's changed rows as a Spark DataFrame (same columns as ``TableDiff.rows()``)."""
+    from pyspark.sql import functions as F
+
+    key, common, added = td.compared_columns()
+    b_schema = td._before.schema if td._before.tv else None
+    a_schema = td._after.schema if td._after.tv else None
+    before_tasks, after_tasks = plan_tasks(td)
+    ref_schema = a_schema or b_schema
+    b_schema = _spark_safe(b_schema or pa.schema([ref_schema.field(k) for k in key]))
+    a_schema = _spark_safe(a_schema or pa.schema([ref_schema.field(k) for k in key]))
+    bcols = [c for c in b_schema.names if c not in key]
+    acols = [c for c in a_schema.names if c not in key]
+    bdf = _side_frame(spark, before_tasks, b_schema)
+    adf = _side_frame(spark, after_tasks, a_schema)
+    bdf = bdf.select(*key, *[F.col(f"`{c}`").alias(f"b__{c}") for c in bcols], F.lit(True).alias("__in_b"))
+    adf = adf.select(*key, *[F.col(f"`{c}`").alias(f"a__{c}") for c in acols], F.lit(True).alias("__in_a"))
+    j = bdf.join(adf, on=key, how="full_outer")
+    in_b = F.coalesce(F.col("__in_b"), F.lit(False))
+    in_a = F.coalesce(F.col("__in_a"), F.lit(False))
+    flags = []
+    for c in common:
+        lhs = F.col(f"b__{c}")
+        if b_schema.field(c).type != a_schema.field(c).type:
+            lhs = lhs.cast(adf.schema[f"a__{c}"].dataType)
+        flags.append(F.when(~lhs.eqNullSafe(F.col(f"a__{c}")), F.lit(c)))
+    for c in added:
+        flags.append(F.when(F.col(f"a__{c}").isNotNull(), F.lit(c)))
+    empty = F.array().cast("array<string>")
+    changed = F.filter(F.array(*flags), lambda x: x.isNotNull()) if flags else empty
+    j = j.withColumn("change", F.when(in_b & in_a, F.lit("update")).when(in_a, F.lit("insert")).otherwise(F.lit("delete")))
+    j = j.withColumn("changed_columns", F.when(in_b & in_a, changed).otherwise(empty))
+    j = j.filter((F.col("change") != "update") | (F.size("changed_columns") > 0))
+    before = F.when(in_b, F.struct(*[F.col(f"b__{c}").alias(c) for c in bcols])) if bcols else F.lit(None)
+    after = F.when(in_a, F.struct(*[F.col(f"a__{c}").alias(c) for c in acols])) if acols else F.lit(None)
+    return j.select(*key, "change", "changed_columns", before.alias("before"), after.alias("after"))
+
+
+def spark_rows(td: "TableDiff", spark) -> pa.Table:
+    """Run the table's diff on Spark and collect it as Arrow in the local engine's schema."""
+    from trimerge.diff.engine import BEFORE_ROWID, AFTER_ROWID, classify
+
+    with pinned(td):
+        table = spark_frame(td, spark).toArrow()
+    key, common, added = td.compared_columns()
+    b_schema = td._before.schema if td._before.tv else pa.schema([(td._after.schema or td._before.schema).field(k) for k in key])
+    a_schema = td._after.schema if td._after.tv else pa.schema([td._before.schema.field(k) for k in key])
+    empty = classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
+                     [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
+    schema = empty.drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema
+    if table.num_rows == 0:
+        return schema.empty_table()
+    return table.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in key])
+
+
+def write_lance(df, uri: str) -> None:
+    """Write a Spark DataFrame to a Lance dataset: executors write fragments, the driver commits once."""
+    from pyspark import cloudpickle
+
+    from trimerge.diff import spark_tasks
+
+    cloudpickle.register_pickle_by_value(spark_tasks)
+
+    def write(batches):
+        import lance as _lance
+        import pyarrow as _pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        reader = _pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
+        frags = _lance.fragment.write_fragments(reader, uri)
+        yield _pa.RecordBatch.from_pydict({"fragment": [json.dumps(f.to_json()) for f in frags],
+                                           "schema": [batches[0].schema.serialize().to_pybytes()] * len(frags)})
+
+    out = df.mapInArrow(write, "fragment string, schema binary").collect()
+    if not out:
+        return
+    from lance.fragment import FragmentMetadata
+
+    frags = [FragmentMetadata.from_json(r["fragment"]) for r in out]
+    schema = pa.ipc.read_schema(pa.py_buffer(out[0]["schema"]))
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(schema, frags), read_version=None)
