@@ -161,3 +161,18 @@ def run_python(code: str, *args: Any, env: dict | None = None, timeout: float = 
 @pytest.fixture
 def run_script():
     return run_python
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole suite (Spark tests only; skipped without PySpark or Java)."""
+    import shutil
+
+    pyspark = pytest.importorskip("pyspark")  # noqa: F841
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.skip("Java is not installed")
+    from trimerge.diff.spark import get_spark
+
+    session = get_spark("local[2]", memory="1g")
+    yield session
+    session.stop()

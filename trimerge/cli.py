@@ -647,9 +647,11 @@ class DelayedProgress:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "parquet"]), default=None)
 @click.option("-o", "output", default=None, help="Write the rows to FILE (parquet: one file, or a directory per table).")
 @click.option("--columns", default=None, help="Comma-separated value columns to show.")
-@click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True)
+@click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
+              help="auto: Spark only for tables whose planned rows exceed the threshold.")
+@click.option("--spark-master", default=None, metavar="URL", help="Spark master (default: local[*]).")
 @common
-def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine) -> None:
+def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master) -> None:
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
     import sys as _sys
 
@@ -664,7 +666,29 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
             obj.path = parse_address(r).repository
     repo = Repository.open(obj.path, read_only=True)
     progress = DelayedProgress(0, "diff", enabled=_sys.stderr.isatty() and not obj.json)
-    d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine)
+    spark = None
+    if engine == "spark" or spark_master:
+        from trimerge.diff.spark import get_spark
+
+        spark = get_spark(spark_master)
+    d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine,
+                 spark=spark)
+    spark_tables = {n for n, td in d.tables.items() if td.engine == "spark"}
+    if output and spark_tables and (fmt in (None, "parquet") or output.endswith(".lance")) and not (stat or name_only):
+        # Written by the executors, never collected on the driver.
+        from trimerge.diff.spark import pinned, write_lance
+
+        changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
+        for n, td in changed.items():
+            target = output if len(changed) == 1 else str(Path(output) / n)
+            with pinned(td):
+                frame = td.to_spark()
+                if output.endswith(".lance"):
+                    write_lance(frame, target)
+                else:
+                    frame.write.mode("overwrite").parquet(target)
+        emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
+        return
     progress.total = len(d.tables)
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
@@ -754,6 +778,8 @@ def merge_options(fn: Callable) -> Callable:
                      help="junit | sarif | markdown | json | github, to stdout or PATH (repeatable)."),
         click.option("--message", "-m", default=None),
         click.option("--actor", default=None),
+        click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
+                     help="Where the merge's diffs run."),
     ]):
         fn = opt(fn)
     return fn
@@ -774,7 +800,7 @@ def _parse_strategy(values: tuple[str, ...]):
 
 
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
-               actor) -> None:
+               actor, engine: str = "auto") -> None:
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
 
@@ -784,8 +810,9 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             fail(f"unknown report format {spec.split(':', 1)[0]!r} (use {', '.join(FORMATS)})")
     dest = into or repo.current_branch
     try:
+        extra = {"engine": engine} if fn.__name__ == "merge" else {}
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
-                    dry_run=dry_run, actor=actor, message=message)
+                    dry_run=dry_run, actor=actor, message=message, **extra)
     except MergeConflictError as exc:
         result = exc.result
     for spec in reports:
@@ -825,13 +852,13 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 @click.option("--into", default=None, help="Destination branch (default: the current branch).")
 @merge_options
 @common
-def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor) -> None:
+def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
     from trimerge.merge import merge
 
-    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor)
+    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine)
 
 
 @cli.command("revert")
@@ -839,7 +866,7 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
+def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
     """Undo the changes of COMMIT on a branch (a three-way merge)."""
     from trimerge.merge import revert
 
@@ -851,7 +878,8 @@ def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, r
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
+def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
+                    engine) -> None:
     """Apply the changes of COMMIT to a branch (a three-way merge)."""
     from trimerge.merge import cherry_pick
 
