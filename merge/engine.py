@@ -235,6 +235,8 @@ class _TablePlan:
     merged_schema: pa.Schema | None = None
     # Where dest's current rows for the upserts and deletes are: (row id, key) pairs, when known for
     # every one of them. Lets the apply remove rows by id and append, instead of joining on keys.
+    restore_columns: list[str] = field(default_factory=list)  # re-added columns filled from the source
+    restore_from: TableVersion | None = None
     dest_row_ids: list[int] = field(default_factory=list)
     dest_row_keys: list[pa.Table] = field(default_factory=list)
     ids_complete: bool = True
@@ -292,7 +294,10 @@ class _ThreeWay:
         plan = _TablePlan(name, TableMergeStats())
         loc = lambda tv: tv.location if tv else None  # noqa: E731
         if loc(o) == loc(t):
-            plan.stats.action = "unchanged" if loc(o) == loc(b) else "kept"
+            if loc(o) == loc(b):
+                plan.stats.action = "unchanged"
+            else:
+                plan.stats.action = "dropped" if o is None else "kept"
             return plan
         if loc(t) == loc(b):
             plan.stats.action = "kept"  # only dest changed
@@ -425,6 +430,8 @@ class _ThreeWay:
                                                       message="dropped on dest, values changed on source"))
                     if s == "source-wins":
                         plan.add_columns.append(f.with_nullable(True))
+                        plan.restore_columns.append(f.name)
+                        plan.restore_from = t
                         fields.append(f.with_nullable(True))
                         plan.stats.schema_changes.append(f"restore {f.name}")
             else:
@@ -451,6 +458,13 @@ class _ThreeWay:
     def _merge_rows(self, plan: _TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> _TablePlan:
         name = plan.name
         d_o, d_t = self._diff(name, b, o), self._diff(name, b, t)
+        if b is not None and not d_o.changed:
+            plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
+            plan.stats.rows_from_source = d_t.counts.rows_changed
+            return plan
+        if b is not None and not d_t.changed:
+            plan.stats.action = "kept"
+            return plan
         merged = self._merge_schema(plan, b, o, t, d_o, d_t)
         if merged is None:
             return plan
@@ -491,8 +505,22 @@ class _ThreeWay:
                 plan.dest_row_keys.append(existing.select(key).to_arrow())
         keep = rows.filter(pl.col("change") != "delete")
         if keep.height:
-            after = keep.select(*key, pl.col("after").struct.unnest()) if keep.schema["after"] != pl.Null else keep.select(key)
-            plan.upsert_tables.append(_conform_rows(after.to_arrow(), merged))
+            # Dest's row is the base image (only the source changed it): start from it and overlay the
+            # source's columns, so columns the source lacks (dropped there, kept here) keep their values.
+            after_fields = _struct_fields(keep, "after")
+            before_fields = _struct_fields(keep, "before")
+            cols = []
+            for f in merged:
+                if f.name in key:
+                    continue
+                if f.name in after_fields:
+                    cols.append(pl.col("after").struct.field(f.name).alias(f.name))
+                elif f.name in before_fields:
+                    cols.append(pl.col("before").struct.field(f.name).alias(f.name))
+            rows_t = keep.select(*key, *cols).to_arrow()
+            base_t = keep.select(*key, *[pl.col("before").struct.field(n).alias(n) for n in before_fields]).to_arrow() \
+                if before_fields else None
+            plan.upsert_tables.append(_conform_rows(rows_t, merged, fallback=base_t))
         plan.stats.rows_from_source += rows.height
 
     def _merge_overlap(self, plan: _TablePlan, key: list[str], ro: pl.DataFrame, rt: pl.DataFrame,
@@ -515,7 +543,8 @@ class _ThreeWay:
                                                   message=f"deleted on {'dest' if co == 'delete' else 'source'}, "
                                                           f"changed on {'source' if co == 'delete' else 'dest'}"))
                 if s == "source-wins":
-                    self._apply_row(plan, kd, after_t, ct == "delete", r_o["_after_rowid"])
+                    self._apply_row(plan, kd, after_t, ct == "delete", r_o["_after_rowid"],
+                                    None if co == "delete" else _row(kd, after_o, value_columns))
                 continue
             full_o = _row(kd, after_o, value_columns)
             full_t = _row(kd, after_t, value_columns)
@@ -529,7 +558,7 @@ class _ThreeWay:
                                                   _pick(before, differing), _pick(after_o, differing),
                                                   _pick(after_t, differing)))
                 if s == "source-wins":
-                    self._apply_row(plan, kd, after_t, False, r_o["_after_rowid"])
+                    self._apply_row(plan, kd, after_t, False, r_o["_after_rowid"], full_o)
                 continue
             # Cell level: take the source's cell where only the source changed it.
             changed_o = set(r_o["changed_columns"] or [])
@@ -558,11 +587,12 @@ class _ThreeWay:
                 plan.stats.rows_from_source += 1
 
     def _apply_row(self, plan: _TablePlan, key: dict, after: Mapping[str, Any] | None, delete: bool,
-                   dest_row_id: int | None) -> None:
+                   dest_row_id: int | None, dest_row: Mapping[str, Any] | None = None) -> None:
+        """Take the source's version of a row; columns the source lacks keep dest's values."""
         if delete or after is None:
             plan.deletes.append(key)
         else:
-            plan.upserts.append({**key, **after})
+            plan.upserts.append({**(dest_row or {}), **key, **after})
         self._dest_row(plan, key, dest_row_id)
         plan.stats.rows_from_source += 1
 
@@ -575,12 +605,18 @@ class _ThreeWay:
 
 
 def _changed_columns(d: TableDiff) -> set[str]:
+    """Columns whose values a side changed: updated cells, and non-null values of inserted rows."""
     rows = d.rows()
     if not rows.num_rows:
         return set()
     out: set[str] = set()
     for cols in rows.column("changed_columns").to_pylist():
         out.update(cols or [])
+    frame = pl.from_arrow(rows.select(["change", "after"]))
+    inserts = frame.filter(pl.col("change") == "insert")
+    if inserts.height and isinstance(inserts.schema["after"], pl.Struct):
+        values = inserts.select(pl.col("after").struct.unnest())
+        out.update(c for c in values.columns if values[c].null_count() < values.height)
     return out
 
 
@@ -597,16 +633,34 @@ def _pick(values: Mapping[str, Any] | None, columns: Iterable[str]) -> dict[str,
     return {c: values.get(c) for c in columns}
 
 
-def _conform_rows(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Rows in the merged schema: missing columns null, types cast (safe widening)."""
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def _struct_fields(frame: pl.DataFrame, column: str) -> list[str]:
+    dtype = frame.schema[column]
+    return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
+
+
+def _conform_rows(table: pa.Table, schema: pa.Schema, fallback: pa.Table | None = None) -> pa.Table:
+    """Rows in ``schema``: missing columns null, types cast. A column whose values cannot be cast
+    (a type conflict the destination keeps) takes ``fallback``'s values (dest's current ones)."""
     cols = []
     for f in schema:
         if f.name in table.column_names:
-            cols.append(table.column(f.name).cast(f.type))
-        else:
-            cols.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=pa.schema([f.with_nullable(True) if f.name not in table.column_names
-                                                         else f for f in schema]))
+            try:
+                cols.append(table.column(f.name).cast(f.type))
+                continue
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass
+        if fallback is not None and f.name in fallback.column_names:
+            try:
+                cols.append(fallback.column(f.name).cast(f.type))
+                continue
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass
+        cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=_nullable(schema))
 
 
 # ------------------------------------------------------------------------------------------ public API
@@ -647,6 +701,18 @@ def _pick_base(repo: Repository, bases: list[Commit]) -> tuple[Commit | None, di
     return bases[0], tables
 
 
+def _restore_columns(repo: Repository, tx: Any, name: str, plan: _TablePlan) -> None:
+    """Fill columns dest had dropped with the source's values for every row (a rare, whole-table
+    write: a drop/modify conflict resolved in favour of the source)."""
+    key = list(plan.restore_from.primary_key)
+    source = pl.from_arrow(repo.open_table_version(plan.restore_from).to_table(columns=key + plan.restore_columns))
+    current = pl.from_arrow(tx.read(name)).drop(plan.restore_columns)
+    schema = tx.schema(name)
+    filled = current.join(source, on=key, how="left").select(schema.names).to_arrow()
+    tx.overwrite(name, _conform_rows(filled, schema).cast(schema))
+    plan.ids_complete = False  # every row was rewritten: row ids changed
+
+
 def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_tip: Commit,
              extra_parents: Sequence[str], actor: str | None, message: str, metadata: Mapping[str, str] | None) -> Commit:
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
@@ -667,9 +733,13 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
                 tx.alter_column(name, col, dtype)
             if plan.add_columns:
                 tx.add_columns(name, [f.with_nullable(True) for f in plan.add_columns])
+            if plan.restore_columns:
+                _restore_columns(repo, tx, name, plan)
             parts = list(plan.upsert_tables)
             if plan.upserts:
-                parts.append(_conform_rows(pa.Table.from_pylist(plan.upserts), plan.merged_schema))
+                merged = plan.merged_schema
+                dicts = [{f.name: r.get(f.name) for f in merged} for r in plan.upserts]
+                parts.append(_conform_rows(pa.Table.from_pylist(dicts, schema=_nullable(merged)), merged))
             schema = tx.schema(name)
             rows = pa.concat_tables([_conform_rows(p, schema) for p in parts]).cast(schema) if parts else None
             if plan.ids_complete and plan.dest_row_keys:

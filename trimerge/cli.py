@@ -806,8 +806,13 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 
     repo = obj.repo()
     for spec in reports:
-        if spec.split(":", 1)[0] not in FORMATS:
-            fail(f"unknown report format {spec.split(':', 1)[0]!r} (use {', '.join(FORMATS)})")
+        fmt, _, path = spec.partition(":")
+        if fmt not in FORMATS:
+            fail(f"unknown report format {fmt!r} (use {', '.join(FORMATS)})")
+        # Checked before merging: a report that cannot be written must not follow a published merge.
+        folder = Path(path).expanduser().absolute().parent if path else None
+        if folder is not None and not (folder.is_dir() and os.access(folder, os.W_OK)):
+            fail(f"cannot write report {path!r}: folder {folder} does not exist or is not writable")
     dest = into or repo.current_branch
     try:
         extra = {"engine": engine} if fn.__name__ == "merge" else {}
