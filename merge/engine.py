@@ -819,21 +819,32 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                 engine=engine, spark=spark)
 
 
+def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
+                  strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
+                  metadata: Mapping[str, str] | None) -> MergeResult:
+    """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
+    parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
+    repo, src, dst = _resolve_inputs(commit, branch, repo)
+    picked = repo.resolve(src)
+    verb = "revert" if invert else "cherry-pick"
+    if not picked.parents:
+        raise InvalidOperationError(f"cannot {verb} the root commit")
+    parent = repo.commit(picked.parents[0])
+    base, theirs = (picked, parent) if invert else (parent, picked)
+    default = f"{'Revert' if invert else 'Cherry-pick'} '{picked.message}' ({picked.id[:10]})"
+    return _run(repo, source_ref=src, dest=dst, theirs=theirs, base=base, base_tables=None, bases=[base],
+                strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
+                metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False)
+
+
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
                 strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
                 metadata: Mapping[str, str] | None = None) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
-    repo, src, dst = _resolve_inputs(commit, branch, repo)
-    picked = repo.resolve(src)
-    if not picked.parents:
-        raise InvalidOperationError("cannot cherry-pick the root commit")
-    parent = repo.commit(picked.parents[0])
-    return _run(repo, source_ref=src, dest=dst, theirs=picked, base=parent, base_tables=None, bases=[parent],
-                strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor,
-                message=message or f"Cherry-pick '{picked.message}' ({picked.id[:10]})",
-                metadata={"cherry_pick.commit": picked.id, **(metadata or {})}, merge_commit=False)
+    return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
@@ -842,12 +853,5 @@ def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = No
            metadata: Mapping[str, str] | None = None) -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
-    repo, src, dst = _resolve_inputs(commit, branch, repo)
-    reverted = repo.resolve(src)
-    if not reverted.parents:
-        raise InvalidOperationError("cannot revert the root commit")
-    parent = repo.commit(reverted.parents[0])
-    return _run(repo, source_ref=src, dest=dst, theirs=parent, base=reverted, base_tables=None, bases=[reverted],
-                strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor,
-                message=message or f"Revert '{reverted.message}' ({reverted.id[:10]})",
-                metadata={"revert.commit": reverted.id, **(metadata or {})}, merge_commit=False)
+    return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata)

@@ -334,10 +334,12 @@ def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output)
         addr = parse_address(table_name)
         if addr.repository is not None:
             obj.path = addr.repository
-        repo = Repository.open(obj.path, read_only=True)
-        table_name = str(addr.__class__(None, addr.ref, addr.table))
-    else:
-        repo = Repository.open(obj.path, read_only=True)
+        if addr.table is None:
+            fail(f"address {table_name!r} names no table")
+        if ref is not None and ref != addr.ref:
+            fail(f"address {table_name!r} and --ref {ref!r} disagree")
+        table_name, ref = addr.table, addr.ref
+    repo = Repository.open(obj.path, read_only=True)
     cols = [c.strip() for c in columns.split(",")] if columns else None
     data = repo.read(table_name, ref=ref, columns=cols, filter=where)
     _print_table(data, fmt or ("json" if obj.json else "table"), output, limit)
