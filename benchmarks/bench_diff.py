@@ -151,12 +151,14 @@ def main() -> int:
     results = compare("same lineage (0.1%)", repo, args.repeat)
     merge_and_diverge(repo, table)
     results += compare("across lineages", repo, args.repeat)
+    print_table(results, ["scenario", "engine", "seconds", "ratio", "rows", "same"], )
+    sys.stdout.flush()
     base_time = results[0]["seconds"]
     if not (args.quick or args.no_scaling):
         n = table.num_rows
         big = pa.concat_tables([table] + [
             table.set_column(0, "l_orderkey", pa.compute.add(table.column(0), pa.scalar((i + 1) * 10 ** 8, pa.int64())))
-            for i in range(3)])
+            .cast(table.schema) for i in range(3)])
         big_repo, _ = build("diff-4x", big, fracs=(0.001 / 4, 0.0005 / 4, 0.0005 / 4))
         r = compare("4x table, same change count", big_repo, args.repeat, with_peers=False)
         r[0]["vs base"] = r[0]["seconds"] / base_time
