@@ -63,6 +63,16 @@ def build_crossover(n: int, k: int):
     return path
 
 
+def vm_hwm_mb() -> float:
+    """This process's own peak RSS. (``ru_maxrss`` would include the parent's high-water mark,
+    inherited across fork + exec.)"""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(engine: str, path: str, out: str | None, master: str | None) -> None:
     """One measured run in its own process: prints JSON with seconds, rows and peak RSS."""
     from trimerge.diff import diff
@@ -90,7 +100,7 @@ def child(engine: str, path: str, out: str | None, master: str | None) -> None:
     else:
         rows = td.rows().num_rows
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = vm_hwm_mb()
     if spark is not None:
         spark.stop()
     print("RESULT " + json.dumps({"engine": engine, "seconds": seconds, "rows": rows, "driver_peak_rss_mb": peak}))
@@ -103,12 +113,9 @@ def run_child(engine: str, path, out=None, master=None) -> dict:
     if master:
         cmd += ["--master", master]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    children_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            r = json.loads(line[7:])
-            r["max_child_rss_mb"] = children_rss
-            return r
+            return json.loads(line[7:])
     raise SystemExit(f"{engine} run failed:\n{proc.stderr[-3000:]}")
 
 
@@ -125,7 +132,9 @@ def main() -> int:
         child(args.child, args.path, args.out, args.master)
         return 0
 
-    path = build_full_change(args.rows)
+    path = WORK / f"spark-full-{args.rows}"
+    if not (path / "_trimerge").exists():
+        path = build_full_change(args.rows)
     results = [run_child("spark", path, WORK / "full-spark.parquet", "local-cluster[2,1,1024]"),
                run_child("local", path, WORK / "full-local.parquet")]
     for r in results:
