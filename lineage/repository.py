@@ -1094,6 +1094,16 @@ class Transaction:
             raise InvalidOperationError("the transaction is not active (use it inside a 'with' block)")
 
     # -- state
+    @property
+    def base(self) -> Commit:
+        """The branch tip this transaction writes on top of."""
+        self._require_open()
+        return self._base
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self._ops)
+
     def tables(self) -> list[str]:
         """Tables as this transaction sees them so far."""
         return sorted(self._tables)

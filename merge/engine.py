@@ -718,7 +718,7 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
     tx.begin()
     try:
-        if tx._base.id != dest_tip.id:
+        if tx.base.id != dest_tip.id:
             raise ConcurrentWriteError(f"branch {dest!r} moved while merging; refresh and retry")
         for name, plan in sorted(plans.items()):
             if plan.drop:
@@ -753,7 +753,7 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
                 tx.upsert(name, rows)
         for p in extra_parents:
             tx.add_parent(p)
-        if not extra_parents and not tx._ops:
+        if not extra_parents and not tx.has_changes:
             tx.abort()
             return None
         return tx.publish()
