@@ -278,6 +278,19 @@ class _ThreeWay:
             plan.stats.resolved += 1
         return strategy
 
+    def _table_conflict(self, plan: _TablePlan, conflict: Conflict, theirs: TableVersion | None) -> _TablePlan:
+        """A conflict about a whole table: source-wins takes the source's table (or its drop),
+        dest-wins keeps dest's."""
+        s = self._conflict(plan, conflict)
+        if s == "source-wins":
+            if theirs is None:
+                plan.drop, plan.stats.action = True, "dropped"
+            else:
+                plan.set_to, plan.stats.action = theirs, "taken"
+        else:
+            plan.stats.action = "kept" if s == "dest-wins" else "conflict"
+        return plan
+
     def _diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, _Snapshot(self.repo, before), _Snapshot(self.repo, after))
         if self.engine != "local" and td.status != "unchanged":
@@ -329,14 +342,7 @@ class _ThreeWay:
             if not d_t.changed:
                 plan.stats.action = "kept"
                 return plan
-            s = self._conflict(plan, Conflict("table.update_update", name, message="changed on both sides"))
-            if s == "source-wins":
-                plan.set_to, plan.stats.action = t, "taken"
-            elif s == "dest-wins":
-                plan.stats.action = "kept"
-            else:
-                plan.stats.action = "conflict"
-            return plan
+            return self._table_conflict(plan, Conflict("table.update_update", name, message="changed on both sides"), t)
         return self._merge_rows(plan, b, o, t)
 
     def _drop_modify(self, plan: _TablePlan, b: TableVersion, o: TableVersion | None, t: TableVersion | None) -> _TablePlan:
@@ -346,19 +352,9 @@ class _ThreeWay:
             plan.drop = o is not None
             plan.stats.action = "dropped"
             return plan
-        s = self._conflict(plan, Conflict("table.drop_modify", plan.name,
-                                          message=f"dropped on {'dest' if o is None else 'source'}, "
-                                                  f"modified on {'source' if o is None else 'dest'}"))
-        if s == "source-wins":
-            if t is None:
-                plan.drop, plan.stats.action = True, "dropped"
-            else:
-                plan.set_to, plan.stats.action = t, "taken"
-        elif s == "dest-wins":
-            plan.stats.action = "kept"
-        else:
-            plan.stats.action = "conflict"
-        return plan
+        return self._table_conflict(plan, Conflict("table.drop_modify", plan.name,
+                                                   message=f"dropped on {'dest' if o is None else 'source'}, "
+                                                           f"modified on {'source' if o is None else 'dest'}"), t)
 
     def _add_add(self, plan: _TablePlan, o: TableVersion, t: TableVersion) -> _TablePlan:
         so = self.repo.open_table_version(o).schema
@@ -366,13 +362,8 @@ class _ThreeWay:
         same_schema = [(f.name, f.type) for f in so] == [(f.name, f.type) for f in st] or \
             {(f.name, f.type) for f in so} == {(f.name, f.type) for f in st}
         if o.primary_key != t.primary_key or not same_schema:
-            s = self._conflict(plan, Conflict("table.add_add", plan.name,
-                                              message="added on both sides with different keys or schemas"))
-            if s == "source-wins":
-                plan.set_to, plan.stats.action = t, "taken"
-            else:
-                plan.stats.action = "kept" if s else "conflict"
-            return plan
+            return self._table_conflict(plan, Conflict("table.add_add", plan.name,
+                                                       message="added on both sides with different keys or schemas"), t)
         return self._merge_rows(plan, None, o, t)
 
     # -- schema
@@ -384,15 +375,9 @@ class _ThreeWay:
         st = self.repo.open_table_version(t).schema
         sb = self.repo.open_table_version(b).schema if b else None
         if b is not None and (o.primary_key != b.primary_key or t.primary_key != b.primary_key):
-            s = self._conflict(plan, Conflict("schema.primary_key", plan.name,
-                                              columns=tuple(sorted(set(o.primary_key) ^ set(t.primary_key))),
-                                              message="primary key changed"))
-            if s == "source-wins":
-                plan.set_to, plan.stats.action = t, "taken"
-            elif s == "dest-wins":
-                plan.stats.action = "kept"
-            else:
-                plan.stats.action = "conflict"
+            self._table_conflict(plan, Conflict("schema.primary_key", plan.name,
+                                                columns=tuple(sorted(set(o.primary_key) ^ set(t.primary_key))),
+                                                message="primary key changed"), t)
             return None
         fields: list[pa.Field] = list(so)
         names_o = set(so.names)
