@@ -191,6 +191,31 @@ def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
     return _with_ids(rows, row_ids)
 
 
+TAKE_CHUNK_ROWS = 1024
+
+
+def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> list[pa.Table]:
+    """Every snapshot's rows by stable row id (all columns), read concurrently.
+
+    Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
+    ``_take_rows`` call keeps about one core busy, so ids are sorted (neighbours share chunks) and
+    split into slices that run on a small thread pool (pylance releases the GIL)."""
+    import pyarrow.compute as pc
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs: list[tuple[int, _Snapshot, pa.Array]] = []
+    for i, (snap, ids) in enumerate(requests):
+        ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
+        for start in range(0, len(ids), TAKE_CHUNK_ROWS):
+            jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
+    parts: list[list[pa.Table]] = [[] for _ in requests]
+    with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
+        taken = list(pool.map(lambda job: _take(job[1], job[2], job[1].ds.schema.names), jobs))
+    for (i, _, _), t in zip(jobs, taken):
+        parts[i].append(t)
+    return [pa.concat_tables(p) if p else _empty_with_ids(snap.ds.schema) for p, (snap, _) in zip(parts, requests)]
+
+
 def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
 
@@ -385,7 +410,6 @@ class TableDiff:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
         import pyarrow.compute as pc
-        from concurrent.futures import ThreadPoolExecutor
 
         b, a = self._before, self._after
         ins_b, upd_b, del_b = self._changes_since(b, common)
@@ -395,11 +419,7 @@ class TableDiff:
         touched = pc.unique(pa.concat_arrays([ids_upd_b, del_b, ids_upd_a, del_a]))
         fetch_b = _set_minus(_set_minus(touched, del_b), ids_upd_b)
         fetch_a = _set_minus(_set_minus(touched, del_a), ids_upd_a)
-        # pylance releases the GIL: both sides' random reads run at once.
-        with ThreadPoolExecutor(2) as pool:
-            got_b = pool.submit(_take, b, fetch_b, b.ds.schema.names)
-            got_a = pool.submit(_take, a, fetch_a, a.ds.schema.names)
-            taken_b, taken_a = got_b.result(), got_a.result()
+        taken_b, taken_a = _take_all([(b, fetch_b), (a, fetch_a)])
         before = pa.concat_tables([ins_b, upd_b, taken_b])
         after = pa.concat_tables([ins_a, upd_a, taken_a])
         self.plan = DiffPlan("delta", rows_planned=before.num_rows + after.num_rows)
@@ -429,10 +449,11 @@ class TableDiff:
             else:
                 plan.fragments_read += 1
                 after_parts.append(_scan(a, fragments=[in_a[0]]))
-        if ids_b:
-            before_parts.append(_take(b, pa.concat_arrays(ids_b), b.ds.schema.names))
-        if ids_a:
-            after_parts.append(_take(a, pa.concat_arrays(ids_a), a.ds.schema.names))
+        if ids_b or ids_a:
+            taken_b, taken_a = _take_all([(b, pa.concat_arrays(ids_b) if ids_b else pa.array([], pa.uint64())),
+                                          (a, pa.concat_arrays(ids_a) if ids_a else pa.array([], pa.uint64()))])
+            before_parts.append(taken_b)
+            after_parts.append(taken_a)
         before = pa.concat_tables(before_parts) if before_parts else _empty_with_ids(b.ds.schema)
         after = pa.concat_tables(after_parts) if after_parts else _empty_with_ids(a.ds.schema)
         plan.rows_planned = before.num_rows + after.num_rows
@@ -496,21 +517,26 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     j = b.join(a, on=key, how="full", coalesce=True, nulls_equal=True)
     in_b = pl.col("\x00in_b").fill_null(False)
     in_a = pl.col("\x00in_a").fill_null(False)
-    flags = []
+    compared = list(common) + list(added)
+    differs = []
     for c in common:
         lhs, rhs = pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}")
         if j.schema[f"b\x00{c}"] != j.schema[f"a\x00{c}"]:
             lhs = lhs.cast(j.schema[f"a\x00{c}"], strict=False)
-        flags.append(pl.when(lhs.eq_missing(rhs)).then(None).otherwise(pl.lit(c)))
-    for c in added:
-        flags.append(pl.when(pl.col(f"a\x00{c}").is_null()).then(None).otherwise(pl.lit(c)))
-    changed = (pl.concat_list(flags).list.drop_nulls() if flags else pl.lit([], dtype=pl.List(pl.String)))
+        differs.append(~lhs.eq_missing(rhs))
+    differs += [pl.col(f"a\x00{c}").is_not_null() for c in added]
+    both = in_b & in_a
     j = j.with_columns(
-        pl.when(in_b & in_a).then(pl.lit("update")).when(in_a).then(pl.lit("insert")).otherwise(pl.lit("delete"))
+        pl.when(both).then(pl.lit("update")).when(in_a).then(pl.lit("insert")).otherwise(pl.lit("delete"))
         .alias("change"),
-        pl.when(in_b & in_a).then(changed).otherwise(pl.lit([], dtype=pl.List(pl.String))).alias("changed_columns"),
+        *[(both & d).alias(f"\x00ne{i}") for i, d in enumerate(differs)],
     )
-    j = j.filter((pl.col("change") != "update") | (pl.col("changed_columns").list.len() > 0))
+    flags = [f"\x00ne{i}" for i in range(len(compared))]
+    if flags:
+        j = j.filter((pl.col("change") != "update") | pl.any_horizontal(flags))
+    else:
+        j = j.filter(pl.col("change") != "update")
+    j = j.with_columns(_changed_lists(j.select(flags), compared))
 
     def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
         if not cols:
@@ -529,6 +555,21 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     table = out.to_arrow()
     schema = pa.schema([f.with_type(_plain_type(_large_to_plain(f.type))) for f in table.schema])
     return table.cast(schema)
+
+
+def _changed_lists(flags: pl.DataFrame, names: Sequence[str]) -> pl.Series:
+    """Per row, the names whose flag is set (in column order), built in bulk rather than per row."""
+    import numpy as np
+
+    n = flags.height
+    if not names or n == 0:
+        return pl.Series("changed_columns", [[]] * n, dtype=pl.List(pl.String))
+    matrix = flags.to_numpy().astype(bool, copy=False)
+    rows, cols = np.nonzero(matrix)  # row-major: each row's columns in order
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(matrix.sum(axis=1), out=offsets[1:])
+    values = pa.array(list(names), pa.string()).take(pa.array(cols, pa.int64()))
+    return pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), values)).alias("changed_columns")
 
 
 def _large_to_plain(t: pa.DataType) -> pa.DataType:
