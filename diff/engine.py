@@ -28,6 +28,8 @@ import lance
 import polars as pl
 import pyarrow as pa
 
+from trimerge.diff.spill import CandidateBuffer, ChangedRows
+from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
 from trimerge.lineage.repository import Repository
@@ -174,11 +176,24 @@ def _empty_with_ids(schema: pa.Schema) -> pa.Table:
     return _with_ids(schema.empty_table(), pa.array([], pa.uint64()))
 
 
-def _scan(snap: _Snapshot, **kwargs: Any) -> pa.Table:
-    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last column."""
-    t = snap.ds.scanner(with_row_id=True, **kwargs).to_table()
-    return t.select(snap.ds.schema.names + [ROWID]).cast(
-        pa.schema(list(snap.ds.schema) + [pa.field(ROWID, pa.uint64())]))
+SCAN_BATCH_ROWS = 131072
+
+
+def _scan(snap: _Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
+    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
+    column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
+    schema = pa.schema(list(snap.ds.schema) + [pa.field(ROWID, pa.uint64())])
+    names = snap.ds.schema.names + [ROWID]
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **kwargs).to_batches():
+        pending.append(batch)
+        size += batch.num_rows
+        if size >= SCAN_BATCH_ROWS:
+            yield pa.Table.from_batches(pending).select(names).cast(schema)
+            pending, size = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending).select(names).cast(schema)
 
 
 def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
@@ -194,8 +209,8 @@ def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
 TAKE_CHUNK_ROWS = 1024
 
 
-def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> list[pa.Table]:
-    """Every snapshot's rows by stable row id (all columns), read concurrently.
+def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
+    """Every snapshot's rows by stable row id (all columns) as ``(request index, rows)`` slices.
 
     Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
     ``_take_rows`` call keeps about one core busy, so ids are sorted (neighbours share chunks) and
@@ -208,12 +223,11 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> list[pa.Table]:
         ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
         for start in range(0, len(ids), TAKE_CHUNK_ROWS):
             jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
-    parts: list[list[pa.Table]] = [[] for _ in requests]
+    if not jobs:
+        return
     with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
-        taken = list(pool.map(lambda job: _take(job[1], job[2], job[1].ds.schema.names), jobs))
-    for (i, _, _), t in zip(jobs, taken):
-        parts[i].append(t)
-    return [pa.concat_tables(p) if p else _empty_with_ids(snap.ds.schema) for p, (snap, _) in zip(parts, requests)]
+        for (i, _, _), rows in zip(jobs, pool.map(lambda job: _take(job[1], job[2], job[1].ds.schema.names), jobs)):
+            yield i, rows
 
 
 def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
@@ -225,10 +239,12 @@ def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
 class TableDiff:
     """The difference of one table between two snapshots."""
 
-    def __init__(self, name: str, before: _Snapshot, after: _Snapshot):
+    def __init__(self, name: str, before: _Snapshot, after: _Snapshot, memory_budget: int | None = None):
         self.name = name
         self._before = before
         self._after = after
+        self._memory_budget = memory_budget_bytes(memory_budget)
+        self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
         if before.tv is None and after.tv is None:
@@ -241,8 +257,7 @@ class TableDiff:
             self.status = "unchanged"
         else:
             self.status = "modified"
-        self.plan = DiffPlan(method="none" if self.status == "unchanged" else self.status)  # refined by _candidates
-        self._candidates_cache: tuple[pa.Table, pa.Table] | None = None
+        self.plan = DiffPlan(method="none" if self.status == "unchanged" else self.status)  # refined by _collect
         self.engine: Literal["local", "spark"] = "local"
         self._spark: Any = None
 
@@ -282,14 +297,16 @@ class TableDiff:
     @property
     def counts(self) -> DiffCounts:
         if self._counts is None:
-            rows = self.rows()
-            change = rows.column("change").to_pylist() if rows.num_rows else []
-            c = DiffCounts(inserted=change.count("insert"), deleted=change.count("delete"),
-                           updated=change.count("update"))
-            if c.updated:
-                import pyarrow.compute as pc
+            import pyarrow.compute as pc
 
-                c.cells_changed = int(pc.sum(pc.list_value_length(rows.column("changed_columns"))).as_py() or 0)
+            rows = self._changed_rows()
+            c = DiffCounts()
+            for change in ("insert", "delete", "update"):
+                n = rows.reduce(lambda t: int(pc.sum(pc.equal(t.column("change"), change)).as_py() or 0))
+                setattr(c, {"insert": "inserted", "delete": "deleted", "update": "updated"}[change], n)
+            if c.updated:
+                c.cells_changed = rows.reduce(
+                    lambda t: int(pc.sum(pc.list_value_length(t.column("changed_columns"))).as_py() or 0))
             self._counts = c
         return self._counts
 
@@ -312,20 +329,41 @@ class TableDiff:
         """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,
         ``_after_rowid``; null where the row is absent) — what a merge needs to rewrite rows in place."""
         if self._rows is None:
+            self._rows = self._changed_rows().materialize(self.primary_key)
+        return self._rows
+
+    def iter_batches(self, max_rows: int = 65536, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows of :meth:`rows` in batches, in bounded memory: a diff larger than the memory
+        budget is classified per key-hash bucket on disk and streamed back from there (then the
+        order is by key within each bucket rather than globally)."""
+        if self._rows is not None:
+            source: Iterator[pa.RecordBatch] = iter(self._rows.to_batches(max_chunksize=max_rows))
+        else:
+            source = self._changed_rows().batches(max_rows)
+        for batch in source:
+            t = pa.Table.from_batches([batch]).drop_columns([BEFORE_ROWID, AFTER_ROWID])
+            if columns is not None:
+                t = _project(t, columns)
+            yield from t.to_batches()
+
+    @property
+    def spilled(self) -> bool:
+        """True if the diff outgrew the memory budget and its rows live in a temporary file."""
+        return self._changed_rows().table is None
+
+    def _changed_rows(self) -> ChangedRows:
+        if self._changed is None:
             if self.engine == "spark" and self.status != "unchanged":
                 from trimerge.diff.spark import spark_rows
 
                 rows = spark_rows(self, self._spark)
                 n = rows.num_rows
-                self._rows = rows.append_column(BEFORE_ROWID, pa.nulls(n, pa.uint64())).append_column(
-                    AFTER_ROWID, pa.nulls(n, pa.uint64()))
+                self._changed = ChangedRows.in_memory(rows.append_column(
+                    BEFORE_ROWID, pa.nulls(n, pa.uint64())).append_column(AFTER_ROWID, pa.nulls(n, pa.uint64())))
                 self.plan = DiffPlan("spark")
             else:
-                self._rows = self._compute()
-        return self._rows
-
-    def iter_batches(self, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-        yield from self.rows().to_batches(max_chunksize=max_rows)
+                self._changed = self._compute()
+        return self._changed
 
     def summary(self) -> dict[str, Any]:
         counts = self.counts.to_json() if self.status != "unchanged" else DiffCounts().to_json()
@@ -345,33 +383,36 @@ class TableDiff:
         added = [c for c in after if c not in before]
         return key, common, added
 
-    def candidates(self) -> tuple[pa.Table, pa.Table]:
-        """Rows that may have changed: (from before, from after), all columns of each side."""
-        if self._candidates_cache is None:
-            self._candidates_cache = self._find_candidates()
-        return self._candidates_cache
-
-    def _find_candidates(self) -> tuple[pa.Table, pa.Table]:
+    def _side_schemas(self) -> tuple[pa.Schema, pa.Schema]:
+        """Each side's candidate schema (columns + stable row id); a missing side borrows the other's."""
         b, a = self._before, self._after
-        if self.status == "added":
-            t = _scan(a)
-            self.plan = DiffPlan("added", fragments_read=len(a.ds.get_fragments()), rows_planned=t.num_rows)
-            return _empty_with_ids(a.schema), t
-        if self.status == "dropped":
-            t = _scan(b)
-            self.plan = DiffPlan("dropped", fragments_read=len(b.ds.get_fragments()), rows_planned=t.num_rows)
-            return t, _empty_with_ids(b.schema)
+        sb = b.ds.schema if b.tv else a.ds.schema
+        sa = a.ds.schema if a.tv else b.ds.schema
+        return tuple(_empty_with_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
+
+    def _collect(self, out: CandidateBuffer) -> None:
+        """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
+        b, a = self._before, self._after
         if self.status == "unchanged":
-            return _empty_with_ids(b.schema), _empty_with_ids(a.schema)
+            return
+        if self.status in ("added", "dropped"):
+            side, snap = (1, a) if self.status == "added" else (0, b)
+            for t in _scan(snap):
+                out.add(side, t)
+            self.plan = DiffPlan(self.status, fragments_read=len(snap.ds.get_fragments()), rows_planned=out.rows[side])
+            return
         if b.tv.dataset != a.tv.dataset:
-            tb, ta = _scan(b), _scan(a)
+            for side, snap in ((0, b), (1, a)):
+                for t in _scan(snap):
+                    out.add(side, t)
             self.plan = DiffPlan("full", fragments_read=len(b.ds.get_fragments()) + len(a.ds.get_fragments()),
-                                 rows_planned=tb.num_rows + ta.num_rows)
-            return tb, ta
+                                 rows_planned=sum(out.rows))
+            return
         common = self._common_version()
         if common is not None:
-            return self._delta_candidates(common)
-        return self._fragment_candidates()
+            self._delta_candidates(common, out)
+        else:
+            self._fragment_candidates(out)
 
     def _common_version(self) -> int | None:
         """A version ``p`` both sides descend from along Lance lineage (same branch, or one branch
@@ -389,48 +430,50 @@ class TableDiff:
         return None
 
     @staticmethod
-    def _changes_since(snap: _Snapshot, version: int) -> tuple[pa.Table, pa.Table, pa.Array]:
-        """(rows inserted, rows updated, ids of rows deleted) on ``snap``'s lineage since ``version``.
+    def _changes_since(snap: _Snapshot, version: int) -> tuple[Iterator[pa.Table], pa.Array, pa.Array]:
+        """(rows inserted or updated, ids of rows updated, ids of rows deleted) on ``snap``'s
+        lineage since ``version``.
 
-        Updated rows carry ``_rowid``; their values are read by ``delta`` from the new fragments
-        they were written to (contiguous), which is far cheaper than fetching them by id."""
-        columns = snap.ds.schema.names
+        Updated rows are read by ``delta`` from the new fragments they were written to
+        (contiguous), which is far cheaper than fetching them by id."""
+        schema = _empty_with_ids(snap.ds.schema).schema
         if snap.tv.version == version:
-            return _empty_with_ids(snap.ds.schema), _empty_with_ids(snap.ds.schema), pa.array([], pa.uint64())
+            return iter(()), pa.array([], pa.uint64()), pa.array([], pa.uint64())
         # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
         delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
-        inserted = delta.get_inserted_rows().read_all()
-        inserted = _with_ids(inserted.select(columns), inserted.column(ROWID).combine_chunks())
         updated = delta.get_updated_rows().read_all()
-        updated = _with_ids(updated.select(columns), updated.column(ROWID).combine_chunks())
-        deleted = delta.get_deleted_row_ids().read_all().column("_rowid").combine_chunks().cast(pa.uint64())
-        return inserted, updated, deleted
+        updated = updated.select(schema.names).cast(schema)
+        deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
 
-    def _delta_candidates(self, common: int) -> tuple[pa.Table, pa.Table]:
+        def rows() -> Iterator[pa.Table]:
+            yield updated
+            for batch in delta.get_inserted_rows():
+                yield pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+
+        return rows(), updated.column(ROWID).combine_chunks(), deleted
+
+    def _delta_candidates(self, common: int, out: CandidateBuffer) -> None:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
         import pyarrow.compute as pc
 
         b, a = self._before, self._after
-        ins_b, upd_b, del_b = self._changes_since(b, common)
-        ins_a, upd_a, del_a = self._changes_since(a, common)
-        ids_upd_b = upd_b.column("_rowid").combine_chunks()
-        ids_upd_a = upd_a.column("_rowid").combine_chunks()
-        touched = pc.unique(pa.concat_arrays([ids_upd_b, del_b, ids_upd_a, del_a]))
-        fetch_b = _set_minus(_set_minus(touched, del_b), ids_upd_b)
-        fetch_a = _set_minus(_set_minus(touched, del_a), ids_upd_a)
-        taken_b, taken_a = _take_all([(b, fetch_b), (a, fetch_a)])
-        before = pa.concat_tables([ins_b, upd_b, taken_b])
-        after = pa.concat_tables([ins_a, upd_a, taken_a])
-        self.plan = DiffPlan("delta", rows_planned=before.num_rows + after.num_rows)
-        return before, after
+        rows_b, upd_b, del_b = self._changes_since(b, common)
+        rows_a, upd_a, del_a = self._changes_since(a, common)
+        for side, parts in ((0, rows_b), (1, rows_a)):
+            for t in parts:
+                out.add(side, t)
+        touched = pc.unique(pa.concat_arrays([upd_b, del_b, upd_a, del_a]))
+        fetch_b = _set_minus(_set_minus(touched, del_b), upd_b)
+        fetch_a = _set_minus(_set_minus(touched, del_a), upd_a)
+        for side, t in _take_all([(b, fetch_b), (a, fetch_a)]):
+            out.add(side, t)
+        self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
-    def _fragment_candidates(self) -> tuple[pa.Table, pa.Table]:
+    def _fragment_candidates(self, out: CandidateBuffer) -> None:
         b, a = self._before, self._after
         fb, fa = _fragment_files(b), _fragment_files(a)
         plan = DiffPlan("fragments")
-        before_parts: list[pa.Table] = []
-        after_parts: list[pa.Table] = []
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
         for files in fb.keys() | fa.keys():
@@ -443,30 +486,37 @@ class TableDiff:
                 rb, ra = _row_ids(b, in_b[0]), _row_ids(a, in_a[0])
                 ids_b.append(_set_minus(rb, ra))
                 ids_a.append(_set_minus(ra, rb))
-            elif in_b:
-                plan.fragments_read += 1
-                before_parts.append(_scan(b, fragments=[in_b[0]]))
             else:
                 plan.fragments_read += 1
-                after_parts.append(_scan(a, fragments=[in_a[0]]))
-        if ids_b or ids_a:
-            taken_b, taken_a = _take_all([(b, pa.concat_arrays(ids_b) if ids_b else pa.array([], pa.uint64())),
-                                          (a, pa.concat_arrays(ids_a) if ids_a else pa.array([], pa.uint64()))])
-            before_parts.append(taken_b)
-            after_parts.append(taken_a)
-        before = pa.concat_tables(before_parts) if before_parts else _empty_with_ids(b.ds.schema)
-        after = pa.concat_tables(after_parts) if after_parts else _empty_with_ids(a.ds.schema)
-        plan.rows_planned = before.num_rows + after.num_rows
+                side, snap, frag = (0, b, in_b[0]) if in_b else (1, a, in_a[0])
+                for t in _scan(snap, fragments=[frag]):
+                    out.add(side, t)
+        empty = pa.array([], pa.uint64())
+        for side, t in _take_all([(b, pa.concat_arrays(ids_b) if ids_b else empty),
+                                  (a, pa.concat_arrays(ids_a) if ids_a else empty)]):
+            out.add(side, t)
+        plan.rows_planned = sum(out.rows)
         self.plan = plan
-        return before, after
 
     # -- classification
-    def _compute(self) -> pa.Table:
+    def _compute(self) -> ChangedRows:
         key, common, added = self.compared_columns()
-        before, after = self.candidates()
-        return classify(before, after, key, common, added,
-                        before_columns=[c for c in before.column_names if c not in key and c != ROWID],
-                        after_columns=[c for c in after.column_names if c not in key and c != ROWID])
+        schemas = self._side_schemas()
+        key_schema = pl.from_arrow(schemas[1].empty_table().select(key)).schema
+        buffer = CandidateBuffer(key, key_schema, self._memory_budget)
+        try:
+            self._collect(buffer)
+            columns = [[c for c in s.names if c not in key and c != ROWID] for s in schemas]
+
+            def run(before: pa.Table, after: pa.Table) -> pa.Table:
+                return classify(before, after, key, common, added, before_columns=columns[0],
+                                after_columns=columns[1])
+
+            if not buffer.spilled:
+                return ChangedRows.in_memory(run(*buffer.tables(schemas)))
+            return ChangedRows.from_buckets((run(tb, ta) for tb, ta in buffer.bucket_tables(schemas)), self)
+        finally:
+            buffer.close()
 
 
 def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -634,7 +684,8 @@ def parse_range(spec: str) -> tuple[str, str, bool]:
 
 def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
          engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
-         spark_threshold: int | None = None, progress: Progress | None = None) -> Diff:
+         spark_threshold: int | None = None, progress: Progress | None = None,
+         memory_budget: int | None = None) -> Diff:
     """Compare two refs table by table.
 
     ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
@@ -645,7 +696,12 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
     active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
     whose planned candidate rows exceed ``spark_threshold`` (default
-    ``trimerge.diff.spark.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``)."""
+    ``trimerge.diff.spark.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
+
+    The local engine holds candidate rows in memory up to ``memory_budget`` bytes (default 1 GiB,
+    env ``TRIMERGE_DIFF_MEMORY``); beyond that it partitions them by key hash into temporary files
+    (under env ``TRIMERGE_SPILL_DIR``, default the system temp directory) and classifies one bucket
+    at a time, so ``TableDiff.iter_batches`` and ``counts`` run in bounded memory."""
     from trimerge.lineage.address import is_address, parse_address
     from trimerge.lineage.repository import Ref
 
@@ -692,7 +748,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
         names = [n for n in names if n in wanted]
     for name in names:
         result.tables[name] = TableDiff(name, _Snapshot(repo, before.tables.get(name)),
-                                        _Snapshot(repo, after.tables.get(name)))
+                                        _Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget)
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     if engine != "local":
@@ -709,6 +765,6 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
         for name, td in result.tables.items():
             progress(name, "start")
             if td.status != "unchanged":
-                td.rows()
+                td.counts
             progress(name, "done")
     return result

@@ -697,7 +697,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         for name, td in d.tables.items():
             progress(name, "start")
             if td.status != "unchanged" and not name_only:
-                td.rows()
+                td.counts
             progress(name, "done")
     finally:
         progress.close()
@@ -721,28 +721,35 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
     if fmt == "parquet":
         if not output:
             fail("--format parquet needs -o FILE")
-        import pyarrow.parquet as pq
-
         if len(changed) == 1:
-            pq.write_table(next(iter(changed.values())).rows(cols), output)
+            _write_parquet(next(iter(changed.values())), output, cols)
         else:
             Path(output).mkdir(parents=True, exist_ok=True)
             for n, td in changed.items():
-                pq.write_table(td.rows(cols), str(Path(output) / f"{n}.parquet"))
+                _write_parquet(td, str(Path(output) / f"{n}.parquet"), cols)
+        return
+    if fmt == "jsonl":
+        # Streamed batch by batch: a large diff never sits in memory as Python objects.
+        sink = open(output, "w") if output else None
+        try:
+            for n, td in changed.items():
+                for r in _first_rows(td, limit, cols).to_pylist() if limit is not None else (
+                        r for batch in td.iter_batches(columns=cols) for r in batch.to_pylist()):
+                    line = json.dumps({"table": n, **r}, default=str)
+                    if sink:
+                        sink.write(line + "\n")
+                    else:
+                        click.echo(line)
+        finally:
+            if sink:
+                sink.close()
         return
     if fmt == "json":
         doc = d.to_json()
         for n, td in changed.items():
-            rows = td.rows(cols)
-            doc["tables"][n]["rows"] = (rows.slice(0, limit) if limit is not None else rows).to_pylist()
+            rows = _first_rows(td, limit, cols) if limit is not None else td.rows(cols)
+            doc["tables"][n]["rows"] = rows.to_pylist()
         text = json.dumps(doc, indent=2, default=str)
-    elif fmt == "jsonl":
-        lines = []
-        for n, td in changed.items():
-            rows = td.rows(cols)
-            for r in (rows.slice(0, limit) if limit is not None else rows).to_pylist():
-                lines.append(json.dumps({"table": n, **r}, default=str))
-        text = "\n".join(lines)
     else:
         parts = []
         for n, td in changed.items():
@@ -750,8 +757,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
             parts.append(f"=== {n} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
             for sc in td.schema_changes:
                 parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
-            rows = td.rows(cols)
-            shown = rows.slice(0, limit) if limit is not None else rows.slice(0, 50)
+            shown = _first_rows(td, 50 if limit is None else limit, cols)
             for r in shown.to_pylist():
                 keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
                 if r["change"] == "update":
@@ -760,13 +766,45 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
                     parts.append(f"  ~ {keyv}: {cells}")
                 else:
                     parts.append(f"  {'+' if r['change'] == 'insert' else '-'} {keyv}")
-            if shown.num_rows < rows.num_rows:
-                parts.append(f"  ... {rows.num_rows - shown.num_rows} more rows (use --limit or --format)")
+            if shown.num_rows < c.rows_changed:
+                parts.append(f"  ... {c.rows_changed - shown.num_rows} more rows (use --limit or --format)")
         text = "\n".join(parts) if parts else "no changes"
     if output:
         Path(output).write_text(text + "\n")
     else:
         click.echo(text)
+
+
+def _first_rows(td: Any, n: int, columns: list[str] | None) -> Any:
+    """The first ``n`` changed rows of a table diff, without materializing the rest."""
+    import pyarrow as pa
+
+    if n <= 0:
+        return td.rows(columns).slice(0, 0)
+    batches, got = [], 0
+    for batch in td.iter_batches(max_rows=max(1, min(n, 65536)), columns=columns):
+        batches.append(batch.slice(0, n - got))
+        got += min(batch.num_rows, n - got)
+        if got >= n:
+            break
+    return pa.Table.from_batches(batches) if batches else td.rows(columns).slice(0, 0)
+
+
+def _write_parquet(td: Any, path: str, columns: list[str] | None) -> None:
+    """Changed rows to one Parquet file, batch by batch (bounded memory for spilled diffs)."""
+    import pyarrow.parquet as pq
+
+    writer = None
+    try:
+        for batch in td.iter_batches(columns=columns):
+            if writer is None:
+                writer = pq.ParquetWriter(path, batch.schema)
+            writer.write_batch(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        pq.write_table(td.rows(columns), path)
 
 
 def merge_options(fn: Callable) -> Callable:
