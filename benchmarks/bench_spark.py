@@ -2,8 +2,10 @@
 
 1. Full change: a 20M-row, 5-column table, every row updated on a branch. The diff runs through
    Spark on ``local-cluster[2,1,1024]`` (two executor JVMs of 1 GB, driver 1 GB), streaming its
-   output to Parquet from the executors; the local engine runs the same diff beside it. Each run is
-   its own process, so peak RSS is measured per engine.
+   output to Parquet from the executors; the local engine runs the same diff beside it twice:
+   streamed (default 1 GiB memory budget: candidates spill to key-hash buckets, output written
+   batch by batch) and all in memory (unlimited budget, ``rows()``). Each run is its own process,
+   so peak RSS is measured per engine.
 2. Crossover: a 10M-row table with k rows changed (clustered), k from 10k to 5M: seconds of the
    local engine vs Spark (warm session), which justifies ``DEFAULT_SPARK_THRESHOLD``.
 
@@ -74,9 +76,14 @@ def vm_hwm_mb() -> float:
 
 
 def child(engine: str, path: str, out: str | None, master: str | None) -> None:
-    """One measured run in its own process: prints JSON with seconds, rows and peak RSS."""
+    """One measured run in its own process: prints JSON with seconds, rows and peak RSS.
+
+    ``engine``: spark, local (default memory budget, output streamed) or local-in-memory."""
     from trimerge.diff import diff
 
+    budget, label = None, engine
+    if engine == "local-in-memory":
+        engine, budget = "local", 1 << 50
     repo = trimerge.Repository.open(path, read_only=True)
     spark = None
     if engine == "spark":
@@ -85,12 +92,22 @@ def child(engine: str, path: str, out: str | None, master: str | None) -> None:
         spark = get_spark(master or "local[2]", memory="1g")
         spark.range(10).count()  # session and executors up: not part of the diff's time
     t0 = time.perf_counter()
-    td = diff("main", "feature", repo=repo, engine=engine, spark=spark).tables["t"]
+    td = diff("main", "feature", repo=repo, engine=engine, spark=spark, memory_budget=budget).tables["t"]
     if engine == "spark" and out:
         with pinned(td):
             frame = td.to_spark()
             frame.write.mode("overwrite").parquet(out)
         rows = spark.read.parquet(out).count()
+    elif out and budget is None:
+        import pyarrow.parquet as pq
+
+        writer, rows = None, 0
+        for batch in td.iter_batches():
+            writer = writer or pq.ParquetWriter(out, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+        if writer:
+            writer.close()
     elif out:
         import pyarrow.parquet as pq
 
@@ -103,7 +120,7 @@ def child(engine: str, path: str, out: str | None, master: str | None) -> None:
     peak = vm_hwm_mb()
     if spark is not None:
         spark.stop()
-    print("RESULT " + json.dumps({"engine": engine, "seconds": seconds, "rows": rows, "driver_peak_rss_mb": peak}))
+    print("RESULT " + json.dumps({"engine": label, "seconds": seconds, "rows": rows, "driver_peak_rss_mb": peak}))
 
 
 def run_child(engine: str, path, out=None, master=None) -> dict:
@@ -136,11 +153,12 @@ def main() -> int:
     if not (path / "_trimerge").exists():
         path = build_full_change(args.rows)
     results = [run_child("spark", path, WORK / "full-spark.parquet", "local-cluster[2,1,1024]"),
-               run_child("local", path, WORK / "full-local.parquet")]
+               run_child("local", path, WORK / "full-local.parquet"),
+               run_child("local-in-memory", path, WORK / "full-local-memory.parquet")]
     for r in results:
         r["scenario"] = f"full change, {args.rows:,} rows x 5 cols"
     print_table(results, ["scenario", "engine", "seconds", "rows", "driver_peak_rss_mb"])
-    ok = results[0]["rows"] == results[1]["rows"] == args.rows
+    ok = all(r["rows"] == args.rows for r in results)
     if not args.skip_crossover:
         cross = []
         n = 10_000_000

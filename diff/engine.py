@@ -207,6 +207,24 @@ def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
 
 
 TAKE_CHUNK_ROWS = 1024
+DENSE_TAKE_FRACTION = 0.2  # above this share of a table, one scan beats reading rows one by one
+
+
+def _scan_ids(snap: _Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
+    """The rows with these (sorted) stable row ids, by one filtered scan of the table."""
+    import numpy as np
+
+    wanted = sorted_ids.to_numpy()
+    found = 0
+    for t in _scan(snap):
+        rid = t.column(ROWID).to_numpy()
+        pos = np.minimum(np.searchsorted(wanted, rid), len(wanted) - 1)
+        hit = wanted[pos] == rid
+        found += int(hit.sum())
+        if hit.any():
+            yield t.filter(pa.array(hit))
+    if found != len(wanted):
+        raise RuntimeError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
 
 
 def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
@@ -221,6 +239,9 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[
     jobs: list[tuple[int, _Snapshot, pa.Array]] = []
     for i, (snap, ids) in enumerate(requests):
         ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
+        if len(ids) >= DENSE_TAKE_FRACTION * snap.ds.count_rows():
+            yield from ((i, t) for t in _scan_ids(snap, ids))
+            continue
         for start in range(0, len(ids), TAKE_CHUNK_ROWS):
             jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
     if not jobs:
@@ -228,6 +249,22 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[
     with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
         for (i, _, _), rows in zip(jobs, pool.map(lambda job: _take(job[1], job[2], job[1].ds.schema.names), jobs)):
             yield i, rows
+
+
+def _sorted_ids(*arrays: pa.Array) -> "np.ndarray":
+    import numpy as np
+
+    parts = [a.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False) for a in arrays]
+    return np.unique(np.concatenate(parts)) if parts else np.array([], np.uint64)
+
+
+def _isin_sorted(values: "np.ndarray", sorted_set: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), bool)
+    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[pos] == values
 
 
 def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
@@ -250,14 +287,14 @@ class TableDiff:
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
         if before.tv is None:
-            self.status: Status = "added"
+            self.storage_status: Status = "added"
         elif after.tv is None:
-            self.status = "dropped"
+            self.storage_status = "dropped"
         elif before.tv.location == after.tv.location:
-            self.status = "unchanged"
+            self.storage_status = "unchanged"
         else:
-            self.status = "modified"
-        self.plan = DiffPlan(method="none" if self.status == "unchanged" else self.status)  # refined by _collect
+            self.storage_status = "modified"
+        self.plan = DiffPlan(method="none" if self.storage_status == "unchanged" else self.storage_status)  # refined by _collect
         self.engine: Literal["local", "spark"] = "local"
         self._spark: Any = None
 
@@ -270,7 +307,7 @@ class TableDiff:
         from trimerge.diff import spark as sp
 
         session = spark or self._spark or sp.get_spark()
-        if self.engine == "spark" and self.status != "unchanged":
+        if self.engine == "spark" and self.storage_status != "unchanged":
             return sp.spark_frame(self, session)
         return session.createDataFrame(self.rows())
 
@@ -289,7 +326,7 @@ class TableDiff:
 
     @property
     def schema_changes(self) -> list[SchemaChange]:
-        if self.status != "modified":
+        if self.storage_status != "modified":
             return []
         return schema_changes(self._before.schema, self._after.schema, self._before.tv.primary_key,
                               self._after.tv.primary_key)
@@ -311,11 +348,20 @@ class TableDiff:
         return self._counts
 
     @property
+    def status(self) -> Status:
+        """``added``, ``dropped``, ``modified`` or ``unchanged``. A table whose Lance version moved
+        but whose rows and schema are equal (a no-op rewrite) is ``unchanged``: telling that apart
+        compares the candidate rows. :attr:`storage_status` is the verdict of versions alone."""
+        if self.storage_status == "modified" and not self.changed:
+            return "unchanged"
+        return self.storage_status
+
+    @property
     def changed(self) -> bool:
         """True if rows or the schema differ (a modified table can turn out to have no real change)."""
-        if self.status in ("added", "dropped"):
+        if self.storage_status in ("added", "dropped"):
             return True
-        if self.status == "unchanged":
+        if self.storage_status == "unchanged":
             return False
         return bool(self.schema_changes) or self.counts.rows_changed > 0
 
@@ -353,7 +399,7 @@ class TableDiff:
 
     def _changed_rows(self) -> ChangedRows:
         if self._changed is None:
-            if self.engine == "spark" and self.status != "unchanged":
+            if self.engine == "spark" and self.storage_status != "unchanged":
                 from trimerge.diff.spark import spark_rows
 
                 rows = spark_rows(self, self._spark)
@@ -366,12 +412,12 @@ class TableDiff:
         return self._changed
 
     def summary(self) -> dict[str, Any]:
-        counts = self.counts.to_json() if self.status != "unchanged" else DiffCounts().to_json()
+        counts = self.counts.to_json() if self.storage_status != "unchanged" else DiffCounts().to_json()
         return {"table": self.name, "status": self.status, **counts,
                 "schema_changes": [s.to_json() for s in self.schema_changes], "plan": self.plan.to_json()}
 
     def __repr__(self) -> str:
-        return f"TableDiff({self.name!r}, status={self.status!r})"
+        return f"TableDiff({self.name!r}, storage_status={self.storage_status!r})"
 
     # -- candidates
     def compared_columns(self) -> tuple[list[str], list[str], list[str]]:
@@ -393,13 +439,13 @@ class TableDiff:
     def _collect(self, out: CandidateBuffer) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
         b, a = self._before, self._after
-        if self.status == "unchanged":
+        if self.storage_status == "unchanged":
             return
-        if self.status in ("added", "dropped"):
-            side, snap = (1, a) if self.status == "added" else (0, b)
+        if self.storage_status in ("added", "dropped"):
+            side, snap = (1, a) if self.storage_status == "added" else (0, b)
             for t in _scan(snap):
                 out.add(side, t)
-            self.plan = DiffPlan(self.status, fragments_read=len(snap.ds.get_fragments()), rows_planned=out.rows[side])
+            self.plan = DiffPlan(self.storage_status, fragments_read=len(snap.ds.get_fragments()), rows_planned=out.rows[side])
             return
         if b.tv.dataset != a.tv.dataset:
             for side, snap in ((0, b), (1, a)):
@@ -430,42 +476,48 @@ class TableDiff:
         return None
 
     @staticmethod
-    def _changes_since(snap: _Snapshot, version: int) -> tuple[Iterator[pa.Table], pa.Array, pa.Array]:
-        """(rows inserted or updated, ids of rows updated, ids of rows deleted) on ``snap``'s
-        lineage since ``version``.
+    def _changes_since(snap: _Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
+        """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
+        ids of rows deleted) on ``snap``'s lineage since ``version``, streamed.
 
         Updated rows are read by ``delta`` from the new fragments they were written to
         (contiguous), which is far cheaper than fetching them by id."""
         schema = _empty_with_ids(snap.ds.schema).schema
         if snap.tv.version == version:
-            return iter(()), pa.array([], pa.uint64()), pa.array([], pa.uint64())
+            return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
         # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
         delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
-        updated = delta.get_updated_rows().read_all()
-        updated = updated.select(schema.names).cast(schema)
         deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
+        updated_ids: list[pa.Array] = []
 
         def rows() -> Iterator[pa.Table]:
-            yield updated
+            for batch in delta.get_updated_rows():
+                t = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+                updated_ids.append(t.column(ROWID).combine_chunks())
+                yield t
             for batch in delta.get_inserted_rows():
                 yield pa.Table.from_batches([batch]).select(schema.names).cast(schema)
 
-        return rows(), updated.column(ROWID).combine_chunks(), deleted
+        def ids() -> pa.Array:
+            return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
+
+        return rows(), ids, deleted
 
     def _delta_candidates(self, common: int, out: CandidateBuffer) -> None:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
-        import pyarrow.compute as pc
-
         b, a = self._before, self._after
-        rows_b, upd_b, del_b = self._changes_since(b, common)
-        rows_a, upd_a, del_a = self._changes_since(a, common)
+        rows_b, ids_b, del_b = self._changes_since(b, common)
+        rows_a, ids_a, del_a = self._changes_since(a, common)
         for side, parts in ((0, rows_b), (1, rows_a)):
             for t in parts:
                 out.add(side, t)
-        touched = pc.unique(pa.concat_arrays([upd_b, del_b, upd_a, del_a]))
-        fetch_b = _set_minus(_set_minus(touched, del_b), upd_b)
-        fetch_a = _set_minus(_set_minus(touched, del_a), upd_a)
+        upd_b, upd_a = ids_b(), ids_a()
+        # A row touched on one side only is fetched from the other: (touched on a) - (touched on b)
+        # is read from b and vice versa. Sorted numpy sets keep this lean for millions of ids.
+        touched_b, touched_a = _sorted_ids(upd_b, del_b), _sorted_ids(upd_a, del_a)
+        fetch_b = pa.array(touched_a[~_isin_sorted(touched_a, touched_b)], pa.uint64())
+        fetch_a = pa.array(touched_b[~_isin_sorted(touched_b, touched_a)], pa.uint64())
         for side, t in _take_all([(b, fetch_b), (a, fetch_a)]):
             out.add(side, t)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
@@ -520,7 +572,8 @@ class TableDiff:
 
 
 def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """Keep only some value columns inside the before/after structs (key columns always stay)."""
+    """Keep only some value columns inside the before/after structs (key columns always stay).
+    A table with none of ``columns`` keeps no ``before`` / ``after`` at all."""
     import pyarrow.compute as pc
 
     out = rows
@@ -530,13 +583,12 @@ def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
         col = rows.column(side)
         t = col.type
         keep = [t.field(i).name for i in range(t.num_fields) if t.field(i).name in columns]
+        if not keep:
+            out = out.drop_columns([side])
+            continue
         arrays = [pc.struct_field(col, t.get_field_index(n)) for n in keep]
-        if keep:
-            struct = pc.make_struct(*arrays, field_names=keep)
-            mask = pc.is_null(col)
-            struct = pc.if_else(mask, pa.scalar(None, struct.type), struct)
-        else:
-            struct = pa.nulls(len(rows), pa.struct([]))
+        struct = pc.make_struct(*arrays, field_names=keep)
+        struct = pc.if_else(pc.is_null(col), pa.scalar(None, struct.type), struct)
         out = out.set_column(out.schema.get_field_index(side), side, struct)
     return out
 
@@ -586,7 +638,7 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
         j = j.filter((pl.col("change") != "update") | pl.any_horizontal(flags))
     else:
         j = j.filter(pl.col("change") != "update")
-    j = j.with_columns(_changed_lists(j.select(flags), compared))
+    j = j.with_columns(_changed_lists(j.select(flags), compared, j.height))
 
     def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
         if not cols:
@@ -607,11 +659,10 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     return table.cast(schema)
 
 
-def _changed_lists(flags: pl.DataFrame, names: Sequence[str]) -> pl.Series:
-    """Per row, the names whose flag is set (in column order), built in bulk rather than per row."""
+def _changed_lists(flags: pl.DataFrame, names: Sequence[str], n: int) -> pl.Series:
+    """Per row (``n`` rows), the names whose flag is set (in column order), built in bulk rather than per row."""
     import numpy as np
 
-    n = flags.height
     if not names or n == 0:
         return pl.Series("changed_columns", [[]] * n, dtype=pl.List(pl.String))
     matrix = flags.to_numpy().astype(bool, copy=False)
@@ -650,7 +701,7 @@ class Diff:
         """One row per table: status, inserted, deleted, updated, cells changed, schema changes."""
         rows = []
         for name, td in sorted(self.tables.items()):
-            c = td.counts if td.status != "unchanged" else DiffCounts()
+            c = td.counts if td.storage_status != "unchanged" else DiffCounts()
             rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,
                          "updated": c.updated, "cells_changed": c.cells_changed,
                          "schema_changes": len(td.schema_changes), "method": td.plan.method})
@@ -660,14 +711,14 @@ class Diff:
         return pa.Table.from_pylist(rows, schema=schema)
 
     def changed_tables(self) -> list[str]:
-        return [n for n, td in sorted(self.tables.items()) if td.status != "unchanged" and td.changed]
+        return [n for n, td in sorted(self.tables.items()) if td.changed]
 
     def to_json(self, rows: bool = False) -> dict[str, Any]:
         doc = {"before": self.before.id, "after": self.after.id,
                "tables": {n: td.summary() for n, td in sorted(self.tables.items())}}
         if rows:
             for n, td in self.tables.items():
-                doc["tables"][n]["rows"] = td.rows().to_pylist() if td.status != "unchanged" else []
+                doc["tables"][n]["rows"] = td.rows().to_pylist() if td.storage_status != "unchanged" else []
         return doc
 
 
@@ -698,7 +749,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     whose planned candidate rows exceed ``spark_threshold`` (default
     ``trimerge.diff.spark.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
 
-    The local engine holds candidate rows in memory up to ``memory_budget`` bytes (default 1 GiB,
+    The local engine holds candidate rows in memory up to ``memory_budget`` bytes (default 512 MiB,
     env ``TRIMERGE_DIFF_MEMORY``); beyond that it partitions them by key hash into temporary files
     (under env ``TRIMERGE_SPILL_DIR``, default the system temp directory) and classifies one bucket
     at a time, so ``TableDiff.iter_batches`` and ``counts`` run in bounded memory."""
@@ -756,7 +807,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
 
         threshold = sp.spark_threshold() if spark_threshold is None else spark_threshold
         for td in result.tables.values():
-            if td.status == "unchanged":
+            if td.storage_status == "unchanged":
                 continue
             if engine == "spark" or sp.estimate_rows(td) > threshold:
                 spark = spark or sp.get_spark()
@@ -764,7 +815,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     if progress is not None:
         for name, td in result.tables.items():
             progress(name, "start")
-            if td.status != "unchanged":
+            if td.storage_status != "unchanged":
                 td.counts
             progress(name, "done")
     return result

@@ -117,11 +117,11 @@ def estimate_rows(td: "TableDiff") -> int:
     from trimerge.diff.engine import _fragment_files
 
     b, a = td._before, td._after
-    if td.status == "unchanged":
+    if td.storage_status == "unchanged":
         return 0
-    if td.status == "added":
+    if td.storage_status == "added":
         return a.ds.count_rows()
-    if td.status == "dropped":
+    if td.storage_status == "dropped":
         return b.ds.count_rows()
     if b.tv.dataset != a.tv.dataset:
         return b.ds.count_rows() + a.ds.count_rows()
@@ -142,11 +142,11 @@ def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
     from trimerge.diff.engine import _fragment_files, _row_ids, _set_minus
 
     b, a = td._before, td._after
-    if td.status == "unchanged":
+    if td.storage_status == "unchanged":
         return [], []
-    if td.status == "added":
+    if td.storage_status == "added":
         return [], _side_tasks_full(a, a.ds.get_fragments())
-    if td.status == "dropped":
+    if td.storage_status == "dropped":
         return _side_tasks_full(b, b.ds.get_fragments()), []
     if b.tv.dataset != a.tv.dataset:
         return _side_tasks_full(b, b.ds.get_fragments()), _side_tasks_full(a, a.ds.get_fragments())

@@ -18,21 +18,39 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of candidate rows held in memory before spilling
+DEFAULT_MEMORY_BUDGET = 512 << 20  # bytes of candidate rows held in memory before spilling
 SPILL_BUCKETS = 64
+PARTITION_ROWS = 262144  # rows gathered before one partitioning pass (few, large bucket writes)
 _HASH_SEED = 0x7472696D
 
 
-def memory_budget(value: int | None = None) -> int:
-    """The spill threshold in bytes: ``value``, else env ``TRIMERGE_DIFF_MEMORY``, else 1 GiB."""
-    if value is not None:
-        return int(value)
-    env = os.environ.get("TRIMERGE_DIFF_MEMORY")
-    return int(env) if env else DEFAULT_MEMORY_BUDGET
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def memory_budget(value: int | str | None = None) -> int:
+    """The spill threshold in bytes: ``value``, else env ``TRIMERGE_DIFF_MEMORY``, else 512 MiB.
+    Strings may carry a binary unit: ``"256M"``, ``"2GiB"``, ``"1G"``."""
+    if value is None:
+        value = os.environ.get("TRIMERGE_DIFF_MEMORY") or DEFAULT_MEMORY_BUDGET
+    if isinstance(value, int) and not isinstance(value, bool):
+        parsed: int | None = value
+    else:
+        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _UNITS and text[-1:] else ""
+        number = text[: len(text) - len(unit)].strip()
+        parsed = int(float(number) * _UNITS[unit]) if number.replace(".", "", 1).isdigit() else None
+    if parsed is None or parsed < 1:
+        from trimerge.lineage.errors import InvalidOperationError
+
+        raise InvalidOperationError(f"bad memory budget {value!r} (bytes, or a size such as 512M or 2G)")
+    return parsed
 
 
 def _spill_root() -> str:
-    return tempfile.mkdtemp(prefix="trimerge-diff-", dir=os.environ.get("TRIMERGE_SPILL_DIR"))
+    parent = os.environ.get("TRIMERGE_SPILL_DIR") or None
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix="trimerge-diff-", dir=parent)
 
 
 class CandidateBuffer:
@@ -48,6 +66,8 @@ class CandidateBuffer:
         self.schemas: list[pa.Schema | None] = [None, None]
         self.rows = [0, 0]
         self._bytes = 0
+        self._pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
+        self._pending_rows = [0, 0]
         self.directory: str | None = None
         self._writers: dict[tuple[int, int], pa.ipc.RecordBatchFileWriter] = {}
 
@@ -62,7 +82,7 @@ class CandidateBuffer:
         self.schemas[side] = self.schemas[side] or table.schema
         self.rows[side] += table.num_rows
         if self.spilled:
-            self._partition(side, table)
+            self._queue(side, table)
             return
         self.parts[side].append(table)
         self._bytes += table.nbytes
@@ -70,8 +90,20 @@ class CandidateBuffer:
             self.directory = _spill_root()
             for s in (0, 1):
                 for t in self.parts[s]:
-                    self._partition(s, t)
+                    self._queue(s, t)
             self.parts = ([], [])
+
+    def _queue(self, side: int, table: pa.Table) -> None:
+        self._pending[side].append(table)
+        self._pending_rows[side] += table.num_rows
+        if self._pending_rows[side] >= PARTITION_ROWS:
+            self._flush(side)
+
+    def _flush(self, side: int) -> None:
+        if self._pending[side]:
+            self._partition(side, pa.concat_tables(self._pending[side], promote_options="permissive"))
+        self._pending[side].clear()
+        self._pending_rows[side] = 0
 
     def tables(self, empty: tuple[pa.Schema, pa.Schema]) -> tuple[pa.Table, pa.Table]:
         """In-memory candidates of both sides (only when nothing was spilled)."""
@@ -83,6 +115,8 @@ class CandidateBuffer:
     def bucket_tables(self, empty: tuple[pa.Schema, pa.Schema]) -> Iterator[tuple[pa.Table, pa.Table]]:
         """(before, after) candidates of each bucket in turn (after spilling)."""
         assert self.directory is not None
+        self._flush(0)
+        self._flush(1)
         for w in self._writers.values():
             w.close()
         self._writers.clear()
@@ -91,7 +125,7 @@ class CandidateBuffer:
             for side in (0, 1):
                 path = self._path(side, bucket)
                 if os.path.exists(path):
-                    with pa.memory_map(path) as source:
+                    with pa.OSFile(path) as source:
                         out.append(pa.ipc.open_file(source).read_all())
                 else:
                     out.append((self.schemas[side] or empty[side]).empty_table())
@@ -167,7 +201,7 @@ class ChangedRows:
         if self.table is not None:
             yield from self.table.to_batches(max_chunksize=max_rows)
             return
-        with pa.memory_map(self.path) as source:
+        with pa.OSFile(self.path) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
@@ -177,7 +211,7 @@ class ChangedRows:
     def materialize(self, sort_key: Sequence[str]) -> pa.Table:
         if self.table is not None:
             return self.table
-        with pa.memory_map(self.path) as source:
+        with pa.OSFile(self.path) as source:
             table = pa.ipc.open_file(source).read_all()
         return table.sort_by([(k, "ascending") for k in sort_key]) if table.num_rows else table
 

@@ -293,7 +293,7 @@ class _ThreeWay:
 
     def _diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, _Snapshot(self.repo, before), _Snapshot(self.repo, after))
-        if self.engine != "local" and td.status != "unchanged":
+        if self.engine != "local" and td.storage_status != "unchanged":
             from trimerge.diff import spark as sp
 
             if self.engine == "spark" or sp.estimate_rows(td) > sp.spark_threshold():

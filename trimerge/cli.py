@@ -645,7 +645,7 @@ class DelayedProgress:
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--stat", is_flag=True, help="One line per table with counts.")
 @click.option("--name-only", is_flag=True, help="Only the names of changed tables.")
-@click.option("--limit", type=int, default=None, help="At most N rows per table.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most N rows per table (the first by key).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "parquet"]), default=None)
 @click.option("-o", "output", default=None, help="Write the rows to FILE (parquet: one file, or a directory per table).")
 @click.option("--columns", default=None, help="Comma-separated value columns to show.")
@@ -703,30 +703,38 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         progress.close()
     fmt = fmt or ("json" if obj.json else "table")
     if name_only:
-        names = [n for n, td in d.tables.items() if td.status != "unchanged"]
-        emit(obj, names, "\n".join(names) if names else None)
+        names = d.changed_tables()
+        if output:
+            Path(output).write_text("".join(f"{n}\n" for n in names) if fmt != "json" else json.dumps(names) + "\n")
+        else:
+            emit(obj, names, "\n".join(names) if names else None)
         return
     if stat:
         st = d.stat()
         if fmt == "table" and not obj.json:
-            for r in st.to_pylist():
-                if r["status"] == "unchanged":
-                    continue
-                click.echo(f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
-                           f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''})")
+            lines = [f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
+                     f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''})"
+                     for r in st.to_pylist() if r["status"] != "unchanged"]
+            if output:
+                Path(output).write_text("".join(f"{line}\n" for line in lines))
+            elif lines:
+                click.echo("\n".join(lines))
+        elif fmt == "json" or obj.json:
+            text = json.dumps(st.to_pylist(), indent=2, default=str)
+            Path(output).write_text(text + "\n") if output else click.echo(text)
         else:
-            emit(obj, st.to_pylist()) if fmt == "json" or obj.json else _print_table(st, fmt, output)
+            _print_table(st, fmt, output)
         return
     changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
     if fmt == "parquet":
         if not output:
             fail("--format parquet needs -o FILE")
         if len(changed) == 1:
-            _write_parquet(next(iter(changed.values())), output, cols)
+            _write_parquet(next(iter(changed.values())), output, cols, limit)
         else:
             Path(output).mkdir(parents=True, exist_ok=True)
             for n, td in changed.items():
-                _write_parquet(td, str(Path(output) / f"{n}.parquet"), cols)
+                _write_parquet(td, str(Path(output) / f"{n}.parquet"), cols, limit)
         return
     if fmt == "jsonl":
         # Streamed batch by batch: a large diff never sits in memory as Python objects.
@@ -761,8 +769,9 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
             for r in shown.to_pylist():
                 keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
                 if r["change"] == "update":
-                    cells = "; ".join(f"{col}: {r['before'].get(col)!r} -> {r['after'].get(col)!r}"
-                                      for col in r["changed_columns"] if col in (r["after"] or {}))
+                    before, after = r.get("before") or {}, r.get("after") or {}
+                    cells = "; ".join(f"{col}: {before.get(col)!r} -> {after.get(col)!r}"
+                                      for col in r["changed_columns"] if col in after)
                     parts.append(f"  ~ {keyv}: {cells}")
                 else:
                     parts.append(f"  {'+' if r['change'] == 'insert' else '-'} {keyv}")
@@ -776,24 +785,29 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
 
 
 def _first_rows(td: Any, n: int, columns: list[str] | None) -> Any:
-    """The first ``n`` changed rows of a table diff, without materializing the rest."""
+    """The first ``n`` changed rows by key, without materializing the rest (a spilled diff streams
+    in bucket order, so the smallest keys are kept while streaming)."""
     import pyarrow as pa
 
-    if n <= 0:
-        return td.rows(columns).slice(0, 0)
-    batches, got = [], 0
-    for batch in td.iter_batches(max_rows=max(1, min(n, 65536)), columns=columns):
-        batches.append(batch.slice(0, n - got))
-        got += min(batch.num_rows, n - got)
-        if got >= n:
-            break
-    return pa.Table.from_batches(batches) if batches else td.rows(columns).slice(0, 0)
+    key = [(k, "ascending") for k in td.primary_key]
+    if not td.spilled:
+        rows = td.rows(columns)
+        return rows.slice(0, n)
+    best = None
+    for batch in td.iter_batches(columns=columns):
+        t = pa.Table.from_batches([batch])
+        best = t if best is None else pa.concat_tables([best, t])
+        best = best.sort_by(key).slice(0, n)
+    return best if best is not None else td.rows(columns).slice(0, 0)
 
 
-def _write_parquet(td: Any, path: str, columns: list[str] | None) -> None:
+def _write_parquet(td: Any, path: str, columns: list[str] | None, limit: int | None = None) -> None:
     """Changed rows to one Parquet file, batch by batch (bounded memory for spilled diffs)."""
     import pyarrow.parquet as pq
 
+    if limit is not None:
+        pq.write_table(_first_rows(td, limit, columns), path)
+        return
     writer = None
     try:
         for batch in td.iter_batches(columns=columns):
