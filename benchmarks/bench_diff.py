@@ -97,15 +97,20 @@ def duckdb_diff(repo, a="main", b="feature"):
 
 
 def floor(repo, rows: pa.Table, a="main", b="feature"):
-    """Read exactly the changed rows of both sides (by key, from pre-computed row ids)."""
-    ids = {}
+    """Read exactly the changed rows of both sides (by key, from pre-computed row ids), as fast as
+    pylance allows: ids sorted and read in 1,024-row slices on four threads (what the engine does)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = []
     for ref in (a, b):
         ds = repo.dataset("lineitem", ref=ref)
         keyed = pl.from_arrow(ds.to_table(columns=KEY, with_row_id=True))
-        ids[ref] = (ds, keyed.join(pl.from_arrow(rows.select(KEY)), on=KEY, how="semi")["_rowid"].to_arrow())
+        ids = keyed.join(pl.from_arrow(rows.select(KEY)), on=KEY, how="semi")["_rowid"].sort().to_arrow()
+        jobs += [(ds, ids.slice(i, 1024)) for i in range(0, len(ids), 1024)]
 
     def read():
-        return [ds._take_rows(i) for ds, i in ids.values()]
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(lambda job: job[0]._take_rows(job[1]), jobs))
 
     return best_of(read)[0]
 
@@ -127,7 +132,8 @@ def compare(label: str, repo, repeat: int, with_peers: bool = True) -> list[dict
             same = keyset(res) == expected
             ok &= same
             rows.append({"scenario": label, "engine": name, "seconds": t, "rows": len(res), "same": same})
-        rows.append({"scenario": label, "engine": "floor (read changed rows)", "seconds": floor(repo, ours)})
+    rows.append({"scenario": label, "engine": "floor (read changed rows)", "seconds": floor(repo, ours)})
+    if with_peers:
         best_peer = min(t_pl, t_dd)
         for r in rows:
             r["ratio"] = best_peer / r["seconds"]
@@ -154,6 +160,7 @@ def main() -> int:
     print_table(results, ["scenario", "engine", "seconds", "ratio", "rows", "same"], )
     sys.stdout.flush()
     base_time = results[0]["seconds"]
+    base_floor = results[3]["seconds"]
     if not (args.quick or args.no_scaling):
         n = table.num_rows
         big = pa.concat_tables([table] + [
@@ -162,11 +169,13 @@ def main() -> int:
         big_repo, _ = build("diff-4x", big, fracs=(0.001 / 4, 0.0005 / 4, 0.0005 / 4))
         r = compare("4x table, same change count", big_repo, args.repeat, with_peers=False)
         r[0]["vs base"] = r[0]["seconds"] / base_time
+        r[1]["vs base"] = r[1]["seconds"] / base_floor
         results += r
         del big, big_repo
         ten_repo, _ = build("diff-10x", table, fracs=(0.01, 0.005, 0.005))
         r = compare("10x change count", ten_repo, args.repeat, with_peers=False)
         r[0]["vs base"] = r[0]["seconds"] / base_time
+        r[1]["vs base"] = r[1]["seconds"] / base_floor
         results += r
         print(f"(base table {n:,} rows)")
     print()
