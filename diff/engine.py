@@ -176,24 +176,29 @@ def _empty_with_ids(schema: pa.Schema) -> pa.Table:
     return _with_ids(schema.empty_table(), pa.array([], pa.uint64()))
 
 
+def _conform(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Batches read with ``_rowid`` (and maybe other row metadata) as a candidate table: the
+    columns of ``schema`` in its order and types."""
+    return pa.Table.from_batches(batches).select(schema.names).cast(schema)
+
+
 SCAN_BATCH_ROWS = 131072
 
 
 def _scan(snap: _Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
     """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
     column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
-    schema = pa.schema(list(snap.ds.schema) + [pa.field(ROWID, pa.uint64())])
-    names = snap.ds.schema.names + [ROWID]
+    schema = _empty_with_ids(snap.ds.schema).schema
     pending: list[pa.RecordBatch] = []
     size = 0
     for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **kwargs).to_batches():
         pending.append(batch)
         size += batch.num_rows
         if size >= SCAN_BATCH_ROWS:
-            yield pa.Table.from_batches(pending).select(names).cast(schema)
+            yield _conform(pending, schema)
             pending, size = [], 0
     if pending:
-        yield pa.Table.from_batches(pending).select(names).cast(schema)
+        yield _conform(pending, schema)
 
 
 def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
@@ -251,26 +256,19 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[
             yield i, rows
 
 
-def _sorted_ids(*arrays: pa.Array) -> "np.ndarray":
-    import numpy as np
-
-    parts = [a.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False) for a in arrays]
-    return np.unique(np.concatenate(parts)) if parts else np.array([], np.uint64)
-
-
-def _isin_sorted(values: "np.ndarray", sorted_set: "np.ndarray") -> "np.ndarray":
-    import numpy as np
-
-    if len(sorted_set) == 0:
-        return np.zeros(len(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
-
-
 def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
-    import pyarrow.compute as pc
+    """Row ids in ``a`` and not in ``b``, sorted and unique. Sorted numpy sets: Arrow's hash-based
+    ``is_in`` / ``unique`` took gigabytes at tens of millions of ids."""
+    import numpy as np
 
-    return a.filter(pc.invert(pc.is_in(a, value_set=b)))
+    def ids(x: pa.Array) -> "np.ndarray":
+        return np.unique(x.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False))
+
+    left, right = ids(a), ids(b)
+    if len(right):
+        pos = np.minimum(np.searchsorted(right, left), len(right) - 1)
+        left = left[right[pos] != left]
+    return pa.array(left, pa.uint64())
 
 
 class TableDiff:
@@ -336,14 +334,13 @@ class TableDiff:
         if self._counts is None:
             import pyarrow.compute as pc
 
-            rows = self._changed_rows()
             c = DiffCounts()
-            for change in ("insert", "delete", "update"):
-                n = rows.reduce(lambda t: int(pc.sum(pc.equal(t.column("change"), change)).as_py() or 0))
-                setattr(c, {"insert": "inserted", "delete": "deleted", "update": "updated"}[change], n)
-            if c.updated:
-                c.cells_changed = rows.reduce(
-                    lambda t: int(pc.sum(pc.list_value_length(t.column("changed_columns"))).as_py() or 0))
+            for batch in self._changed_rows().batches():  # one pass, streamed when spilled
+                per_change = {v["values"]: v["counts"] for v in pc.value_counts(batch.column("change")).to_pylist()}
+                c.inserted += per_change.get("insert", 0)
+                c.deleted += per_change.get("delete", 0)
+                c.updated += per_change.get("update", 0)
+                c.cells_changed += int(pc.sum(pc.list_value_length(batch.column("changed_columns"))).as_py() or 0)
             self._counts = c
         return self._counts
 
@@ -492,11 +489,11 @@ class TableDiff:
 
         def rows() -> Iterator[pa.Table]:
             for batch in delta.get_updated_rows():
-                t = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+                t = _conform([batch], schema)
                 updated_ids.append(t.column(ROWID).combine_chunks())
                 yield t
             for batch in delta.get_inserted_rows():
-                yield pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+                yield _conform([batch], schema)
 
         def ids() -> pa.Array:
             return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
@@ -514,10 +511,9 @@ class TableDiff:
                 out.add(side, t)
         upd_b, upd_a = ids_b(), ids_a()
         # A row touched on one side only is fetched from the other: (touched on a) - (touched on b)
-        # is read from b and vice versa. Sorted numpy sets keep this lean for millions of ids.
-        touched_b, touched_a = _sorted_ids(upd_b, del_b), _sorted_ids(upd_a, del_a)
-        fetch_b = pa.array(touched_a[~_isin_sorted(touched_a, touched_b)], pa.uint64())
-        fetch_a = pa.array(touched_b[~_isin_sorted(touched_b, touched_a)], pa.uint64())
+        # is read from b and vice versa.
+        touched_b, touched_a = pa.concat_arrays([upd_b, del_b]), pa.concat_arrays([upd_a, del_a])
+        fetch_b, fetch_a = _set_minus(touched_a, touched_b), _set_minus(touched_b, touched_a)
         for side, t in _take_all([(b, fetch_b), (a, fetch_a)]):
             out.add(side, t)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -214,9 +214,3 @@ class ChangedRows:
         with pa.OSFile(self.path) as source:
             table = pa.ipc.open_file(source).read_all()
         return table.sort_by([(k, "ascending") for k in sort_key]) if table.num_rows else table
-
-    def reduce(self, fn: Callable[[pa.Table], int]) -> int:
-        """Sum of ``fn`` over the rows, one batch at a time."""
-        if self.table is not None:
-            return fn(self.table)
-        return sum(fn(pa.Table.from_batches([b])) for b in self.batches())
