@@ -33,7 +33,7 @@ from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
 from trimerge.lineage.repository import Repository
-from trimerge.lineage.tables import _plain_type
+from trimerge.lineage.tables import plain_type
 
 ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
 ROWID = "_rowid"
@@ -96,7 +96,7 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
             out.append(SchemaChange("added", f.name, None, str(f.type)))
         else:
             g = before.field(f.name)
-            if _plain_type(g.type) != _plain_type(f.type):
+            if plain_type(g.type) != plain_type(f.type):
                 out.append(SchemaChange("type_changed", f.name, str(g.type), str(f.type)))
             elif g.nullable != f.nullable and f.name not in key_after:
                 out.append(SchemaChange("nullability_changed", f.name, str(g.nullable), str(f.nullable)))
@@ -128,18 +128,12 @@ class _Snapshot:
 
     @property
     def root(self) -> str:
-        """Directory of this Lance branch (where its own files live)."""
-        base = self.repo.dataset_path(self.tv)
-        return base if self.tv.lance_branch == "main" else f"{base}/tree/{self.tv.lance_branch}"
+        """Folder of this Lance branch (where its own files live)."""
+        return self.repo.table_store.branch_folder(self.tv)
 
 
 def _fork_point(repo: Repository, dataset: str, lance_branch: str) -> tuple[str, int] | None:
-    if lance_branch == "main":
-        return None
-    info = lance.dataset(repo.dataset_path(dataset)).branches.list().get(lance_branch)
-    if not info:
-        return None
-    return (info.get("parent_branch") or "main", int(info["parent_version"]))
+    return repo.table_store.fork_point(dataset, lance_branch)
 
 
 def _fragment_files(snap: _Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
@@ -651,7 +645,7 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
         pl.col(AFTER_ROWID).cast(pl.UInt64),
     ).sort(key)
     table = out.to_arrow()
-    schema = pa.schema([f.with_type(_plain_type(_large_to_plain(f.type))) for f in table.schema])
+    schema = pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in table.schema])
     return table.cast(schema)
 
 

@@ -91,3 +91,16 @@ class ConcurrentWriteError(TrimergeError):
 
 class DataReclaimedError(TrimergeError):
     """A commit's table data was reclaimed by cleanup (its branch was deleted and nothing kept it)."""
+
+
+class StorageError(TrimergeError):
+    """The storage cannot be reached or refuses the request: unknown bucket, bad credentials, an
+    unreachable endpoint, a full disk. The message names the location."""
+
+
+class CorruptRepositoryError(TrimergeError):
+    """A metadata document cannot be parsed or does not match its id; the message names it."""
+
+
+class RepositoryMovedError(TrimergeError):
+    """The repository was moved or copied and a table's data still points at the old location."""

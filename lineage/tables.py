@@ -18,15 +18,15 @@ _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary(),
                pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
 
 
-def _plain_type(t: pa.DataType) -> pa.DataType:
+def plain_type(t: pa.DataType) -> pa.DataType:
     """Replace Arrow view and large types with the plain types trimerge stores."""
     if t in _VIEW_TYPES:
         return _VIEW_TYPES[t]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = _plain_type(t.value_type)
+        inner = plain_type(t.value_type)
         return pa.large_list(inner) if pa.types.is_large_list(t) else pa.list_(inner)
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
+        return pa.struct([f.with_type(plain_type(f.type)) for f in t])
     return t
 
 
@@ -46,7 +46,7 @@ def to_arrow(data: Any) -> pa.Table:
         raise SchemaMismatchError(
             f"cannot load data of type {type(data).__name__}: pass a pyarrow.Table or a polars/pandas DataFrame"
         )
-    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
+    schema = pa.schema([f.with_type(plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
     return table.cast(schema) if schema != table.schema else table
 
 
@@ -112,9 +112,10 @@ def conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
         raise SchemaMismatchError(f"{what}: data types do not match the table's schema ({got}): {exc}") from None
 
 
-def open_version(path: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
+def open_version(path: str, lance_branch: str, version: int | None,
+                 storage_options: dict[str, str] | None = None) -> lance.LanceDataset:
     """Open one version (None: latest) of one Lance branch of a dataset."""
-    ds = lance.dataset(path)
+    ds = lance.dataset(path, storage_options=storage_options)
     if lance_branch == "main" and version is not None:
         return ds.checkout_version(version) if ds.version != version else ds
     return ds.checkout_version((lance_branch, version))

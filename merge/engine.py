@@ -652,7 +652,7 @@ def _conform_rows(table: pa.Table, schema: pa.Schema, fallback: pa.Table | None 
 def _resolve_inputs(source: Any, dest: Any, repo: Repository | None) -> tuple[Repository, str, str]:
     for r in (source, dest):
         if isinstance(r, Ref):
-            if repo is not None and r.repo.path != repo.path:
+            if repo is not None and r.repo.uri != repo.uri:
                 raise InvalidOperationError("source and dest belong to different repositories")
             repo = r.repo
     if repo is None:

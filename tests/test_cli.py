@@ -435,8 +435,8 @@ def test_lost_race_exits_3(R, cli, monkeypatch):
     repo = trimerge.Repository.open(R)
     original = repository_module.Repository.open.__func__
 
-    def quick_open(cls, uri, *, read_only=False, lock_timeout=30.0):
-        return original(cls, uri, read_only=read_only, lock_timeout=0.2)
+    def quick_open(cls, uri, *, read_only=False, lock_timeout=30.0, **kwargs):
+        return original(cls, uri, read_only=read_only, lock_timeout=0.2, **kwargs)
 
     monkeypatch.setattr(repository_module.Repository, "open", classmethod(quick_open))
     with repo.transaction(branch="main") as tx:

@@ -6,6 +6,8 @@ physical row order never matters."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -244,7 +246,8 @@ def test_merges_leave_no_intents_or_locks_behind(tmp_path):
     merge(SRC, DST, repo=repo, strategy="source-wins")
     meta = Path(repo.uri) / "_trimerge"
     assert not list((meta / "intents").iterdir())
-    assert not [p for p in (meta / "locks").iterdir() if p.name.endswith(".lock")]
+    leases = [json.loads(p.read_bytes()) for p in (meta / "locks").iterdir() if p.name.endswith(".lock")]
+    assert leases and all(lease["released"] for lease in leases)  # leases stay as documents, released
 
 
 def test_dest_rewriting_rows_without_changing_them_does_not_confuse_the_merge(tmp_path):

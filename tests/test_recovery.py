@@ -17,7 +17,7 @@ import pytest
 import trimerge
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.errors import ConcurrentWriteError
-from trimerge.lineage.store import HOSTNAME
+from trimerge.lineage.lease import HOSTNAME, Holder
 
 from conftest import T, all_lance_branches, rows, run_python
 
@@ -72,6 +72,24 @@ def owned_latest_matches(repo, branch):
 def meta_files(repo, folder):
     return sorted(p.name for p in (Path(repo.uri) / "_trimerge" / folder).glob("*")
                   if not p.name.startswith(".tmp-")) if (Path(repo.uri) / "_trimerge" / folder).exists() else []
+
+
+def live_locks(repo):
+    """Locks that would block a writer: held by a live holder and not released (leases stay as
+    documents once taken; a dead holder's lease is taken over by the next writer)."""
+    folder = Path(repo.uri) / "_trimerge" / "locks"
+    out = []
+    for p in sorted(folder.glob("*.lock")) if folder.exists() else []:
+        holder = Holder.from_json(json.loads(p.read_bytes() or b"null")) if p.read_bytes().strip().startswith(b"{") else None
+        if holder is not None and not holder.released and not holder.is_dead():
+            out.append(p.name)
+    return out
+
+
+def lock_taken_or_free(path):
+    """True once a lock file is released or replaced by a newer holder's (never left to a dead one)."""
+    holder = Holder.from_json(json.loads(path.read_bytes()))
+    return holder is not None and (holder.released or holder.token != "01STALE")
 
 
 def run_writer(repo, branch, scenario, crash_at=None):
@@ -167,7 +185,7 @@ def test_kill_during_multi_table_transaction(crash_repo, crash_at, cli):
     assert state(repo, "main") == main_before
     owned_latest_matches(repo, "feat")
     assert meta_files(repo, "intents") == []
-    assert meta_files(repo, "locks") == []
+    assert live_locks(repo) == []
     if crash_at in ROLLED_BACK:
         assert all_lance_branches(repo) == forks_before  # forks of the failed write dropped
         repo.cleanup()
@@ -222,7 +240,7 @@ def test_kill_during_schema_change(crash_repo, crash_at):
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (Path(crash_repo.uri) / "_trimerge" / "locks" / "__schema_apply_lock__.lock").exists()
     repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=5)
-    assert meta_files(repo, "locks") == []
+    assert live_locks(repo) == []
     planes = repo.read("planes", ref="feat")
     if crash_at == "before_publish":
         assert planes.column_names == ["tailnum", "seats", "year"]
@@ -321,10 +339,12 @@ def _write_lock(repo, branch, **fields):
     return lock
 
 
-def test_stale_lock_of_a_dead_pid_is_broken_by_open(crash_repo):
+def test_stale_lock_of_a_dead_pid_does_not_block_after_open(crash_repo):
     lock = _write_lock(crash_repo, "feat")
-    trimerge.Repository.open(crash_repo.uri)
-    assert not lock.exists()
+    repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=1)
+    assert live_locks(repo) == []
+    repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
+    assert lock_taken_or_free(lock)
 
 
 def test_stale_lock_of_a_dead_pid_is_broken_by_the_next_writer(crash_repo):
@@ -333,7 +353,7 @@ def test_stale_lock_of_a_dead_pid_is_broken_by_the_next_writer(crash_repo):
     t0 = time.monotonic()
     repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
     assert time.monotonic() - t0 < 5
-    assert not lock.exists()
+    assert lock_taken_or_free(lock)
 
 
 def test_damaged_lock_file_is_broken(crash_repo):
@@ -341,8 +361,8 @@ def test_damaged_lock_file_is_broken(crash_repo):
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_bytes(b'{"tok')
     repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=5)
-    assert not lock.exists()
     repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
+    assert lock_taken_or_free(lock)
 
 
 def test_live_lock_is_respected(crash_repo):
@@ -362,7 +382,8 @@ def test_live_lock_is_respected(crash_repo):
 def test_lock_from_another_host_expires_with_its_lease(crash_repo):
     lock = _write_lock(crash_repo, "feat", host="elsewhere.invalid", pid=1, acquired_at=time.time() - 3600)
     repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=2)
-    assert not lock.exists()
+    repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
+    assert lock_taken_or_free(lock)
     fresh = _write_lock(crash_repo, "feat", host="elsewhere.invalid", pid=1, acquired_at=time.time())
     repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=0.3)
     assert fresh.exists()

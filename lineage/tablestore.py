@@ -1,0 +1,147 @@
+"""The table store: one Lance dataset per table lineage under ``<repo>/tables/``.
+
+Every Lance call of the repository goes through here, so the storage options reach all of them.
+A graph branch forks a table lazily into a Lance branch ``f-<ulid>`` of the same dataset; a commit
+names a table's data as (dataset, Lance branch, version). Names read from commit documents are
+checked before they become paths: a dataset is one plain name inside ``tables/``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from trimerge.lineage import tables as tbl
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.errors import CorruptRepositoryError, DataReclaimedError, RepositoryMovedError
+from trimerge.lineage.location import TABLES_DIR, Location
+
+_SAFE_COMPONENT = re.compile(r"^[^/\\\x00]+$")
+
+
+def _check_component(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _SAFE_COMPONENT.match(name) or name in (".", ".."):
+        raise CorruptRepositoryError(f"{what} {name!r} is not a name inside the repository's tables/")
+    return name
+
+
+class TableStore:
+    """Open, create, fork and remove the repository's Lance datasets."""
+
+    def __init__(self, location: Location, moved_from: str | None = None):
+        self.location = location
+        self.options = location.lance_options()
+        self.files = location.backend(TABLES_DIR)  # folder-level listing and removal
+        self.moved_from = moved_from  # where the repository was created, if it is somewhere else now
+
+    def uri(self, dataset: str | TableVersion) -> str:
+        name = dataset.dataset if isinstance(dataset, TableVersion) else dataset
+        return self.location.join(TABLES_DIR, _check_component(name, "dataset"))
+
+    def dataset(self, dataset: str) -> lance.LanceDataset:
+        """A dataset's main branch, latest version (for maintenance: branches and tags)."""
+        return lance.dataset(self.uri(dataset), storage_options=self.options)
+
+    def open(self, dataset: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
+        """One version (None: the latest) of one Lance branch."""
+        _check_component(lance_branch, "Lance branch")
+        return tbl.open_version(self.uri(dataset), lance_branch, version, self.options)
+
+    def open_version(self, tv: TableVersion) -> lance.LanceDataset:
+        """The data of a commit's table, with a clear error when it is gone or moved."""
+        try:
+            return self.open(tv.dataset, tv.lance_branch, tv.version)
+        except (OSError, ValueError, RuntimeError) as exc:
+            if not self.has_data(tv):
+                raise DataReclaimedError(
+                    f"data of {tv.dataset} ({tv.lance_branch} v{tv.version}) is gone: it was reclaimed by cleanup "
+                    "after its branch was deleted") from None
+            if self.moved_from:
+                raise RepositoryMovedError(
+                    f"table data {tv.dataset} ({tv.lance_branch}) still refers to the repository's old location "
+                    f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
+                    f"to {self.moved_from}, or make that path point to {self.location.uri}") from None
+            if "not found" in str(exc).lower():
+                raise DataReclaimedError(
+                    f"data of {tv.dataset} ({tv.lance_branch} v{tv.version}) is gone: it was reclaimed by cleanup "
+                    "after its branch was deleted") from None
+            raise
+
+    def has_data(self, tv: TableVersion) -> bool:
+        """Whether the dataset (and the Lance branch, for a fork) still exists."""
+        folder = _check_component(tv.dataset, "dataset")
+        if tv.lance_branch != "main":
+            folder = f"{folder}/tree/{_check_component(tv.lance_branch, 'Lance branch')}"
+        return bool(self.files.children(f"{folder}/_versions"))
+
+    def create(self, dataset: str, table: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
+        return lance.write_dataset(table, self.uri(dataset), schema=schema, enable_stable_row_ids=True,
+                                   mode="create", storage_options=self.options)
+
+    def fork(self, tv: TableVersion, fork: str) -> lance.LanceDataset:
+        """A new Lance branch ``fork`` starting at ``tv``; returns its latest version."""
+        self.dataset(tv.dataset).create_branch(_check_component(fork, "Lance branch"), (tv.lance_branch, tv.version))
+        return self.open(tv.dataset, fork, None)
+
+    def forks(self, dataset: str) -> dict[str, Any]:
+        return dict(self.dataset(dataset).branches.list())
+
+    def fork_point(self, dataset: str, lance_branch: str) -> tuple[str, int] | None:
+        """(parent Lance branch, version) a fork started from; None for ``main``."""
+        if lance_branch == "main":
+            return None
+        info = self.forks(dataset).get(lance_branch)
+        if not info:
+            return None
+        return (info.get("parent_branch") or "main", int(info["parent_version"]))
+
+    def delete_fork(self, dataset: str, fork: str) -> None:
+        self.dataset(dataset).branches.delete(fork)
+
+    def datasets(self) -> list[str]:
+        return self.files.children("")
+
+    def remove(self, dataset: str) -> None:
+        self.files.delete_tree(_check_component(dataset, "dataset"))
+
+    def size(self, dataset: str, fork: str | None = None) -> int:
+        folder = _check_component(dataset, "dataset")
+        return self.files.tree_size(folder if fork is None else f"{folder}/tree/{fork}")
+
+    def branch_folder(self, tv: TableVersion) -> str:
+        """URI of the folder where a Lance branch's own files live."""
+        base = self.uri(tv)
+        return base if tv.lance_branch == "main" else f"{base}/tree/{tv.lance_branch}"
+
+    def writable_head(self, tv: TableVersion) -> lance.LanceDataset:
+        """The latest version of an owned Lance branch, rolled back to the committed version if a
+        failed write left other content there (self-healing even when the write's note was lost)."""
+        latest = self.open(tv.dataset, tv.lance_branch, None)
+        if latest.version == tv.version:
+            return latest
+        committed = self.open(tv.dataset, tv.lance_branch, tv.version)
+        if tbl.fragment_signature(latest) != tbl.fragment_signature(committed):
+            committed.restore()
+            latest = self.open(tv.dataset, tv.lance_branch, None)
+        return latest
+
+    def latest_version(self, tv: TableVersion) -> int:
+        return self.open(tv.dataset, tv.lance_branch, None).version
+
+    def pin(self, tv: TableVersion, name: str) -> None:
+        """A Lance tag ``name`` on ``tv`` (re-pointed if it exists elsewhere)."""
+        ds = self.dataset(tv.dataset)
+        existing = ds.tags.list().get(name)
+        if existing is None:
+            ds.tags.create(name, (tv.lance_branch, tv.version))
+        elif (existing.get("branch") or "main", existing.get("version")) != (tv.lance_branch, tv.version):
+            ds.tags.update(name, (tv.lance_branch, tv.version))
+
+    def unpin(self, dataset: str, name: str) -> None:
+        self.dataset(dataset).tags.delete(name)
+
+    def pins(self, dataset: str) -> list[str]:
+        return list(self.dataset(dataset).tags.list())

@@ -1,0 +1,425 @@
+"""Transactions: a multi-table write to one branch that becomes visible as one commit, or not at all.
+
+A transaction holds the branch's lease from ``begin`` until it publishes or aborts. Before its first
+physical effect on a Lance branch it records an *intent* (``intents/<ulid>.json``: which Lance
+branches it touches and, once known, the commit it will publish), so a crash at any point can be
+completed or rolled back by :mod:`trimerge.lineage.recovery`. Lance versions it writes are
+invisible until :func:`trimerge.lineage.refs.publish` swaps the branch document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import lance
+import pyarrow as pa
+from ulid import ULID
+
+from trimerge.lineage import tables as tbl
+from trimerge.lineage.commit import Commit, TableVersion
+from trimerge.lineage.errors import (
+    AlreadyExistsError,
+    BranchNotFoundError,
+    InvalidOperationError,
+    PrimaryKeyError,
+    ReadOnlyRefError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    TrimergeError,
+)
+from trimerge.lineage.faults import crashpoint
+from trimerge.lineage.lease import Lease
+from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, validate_table_name
+from trimerge.lineage.refs import Branch, now, publish
+from trimerge.lineage.recovery import intent_key
+
+if TYPE_CHECKING:
+    from trimerge.lineage.repository import Repository
+
+
+class Transaction:
+    """A write to one branch that publishes exactly one commit on success.
+
+    The branch is locked from ``__enter__`` until the commit is published or rolled back, so
+    concurrent writers queue up (each on top of the previous one) or get a retryable
+    :class:`ConcurrentWriteError` after ``lock_timeout`` seconds."""
+
+    def __init__(self, repo: "Repository", branch: str, *, actor: str, message: str | None,
+                 metadata: Mapping[str, str] | None):
+        self.repo = repo
+        self.branch_name = branch
+        self.actor = actor
+        self.message = message
+        self.metadata = dict(metadata or {})
+        self.ulid = str(ULID())
+        self.commit: Commit | None = None
+        self._lock: Lease | None = None
+        self._schema_lock: Lease | None = None
+        self._intent_version: Any = None
+        self._branch: Branch | None = None
+        self._base: Commit | None = None
+        self._tables: dict[str, TableVersion] = {}
+        self._touched: dict[tuple[str, str], dict[str, Any]] = {}
+        self._ops: list[str] = []
+        self._extra_parents: list[str] = []
+
+    # -- lifecycle
+    def __enter__(self) -> "Transaction":
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.publish()
+        else:
+            self.abort()
+
+    def begin(self) -> None:
+        repo = self.repo
+        if not repo.branches.exists(self.branch_name):
+            if repo.tags.get_or_none(self.branch_name):
+                raise ReadOnlyRefError(f"{self.branch_name!r} is a tag; writes go to branches")
+            try:
+                repo.resolve(self.branch_name)
+            except TrimergeError:
+                raise BranchNotFoundError(f"no branch {self.branch_name!r}") from None
+            raise ReadOnlyRefError(f"{self.branch_name!r} is not a branch; writes go to branches")
+        self._lock = repo.lock_branch(self.branch_name, f"transaction {self.ulid}")
+        try:
+            self._branch = repo.refs.branch(self.branch_name)  # read again: it may have moved meanwhile
+            if self._branch is None:
+                raise BranchNotFoundError(f"no branch {self.branch_name!r}")
+            self._base = repo.commit(self._branch.commit_id)
+            self._tables = dict(self._base.tables)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _save_intent(self, commit: Commit | None = None) -> None:
+        doc = {
+            "ulid": self.ulid, "branch": self.branch_name, "lock_token": self._lock.token,
+            "base": self._base.id, "actor": self.actor, "message": self.message or "",
+            "touched": list(self._touched.values()),
+        }
+        if commit is not None:
+            doc["commit"] = commit.to_json()
+        self._lock.renew_if_due()
+        self._intent_version = self.repo.docs.write(intent_key(self.ulid), doc, self._intent_version)
+
+    def _require_open(self) -> None:
+        if self._lock is None or not self._lock.held:
+            raise InvalidOperationError("the transaction is not active (use it inside a 'with' block)")
+
+    # -- state
+    @property
+    def base(self) -> Commit:
+        """The branch tip this transaction writes on top of."""
+        self._require_open()
+        return self._base
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self._ops)
+
+    def tables(self) -> list[str]:
+        """Tables as this transaction sees them so far."""
+        return sorted(self._tables)
+
+    def read(self, table: str, **kwargs: Any) -> pa.Table:
+        """Read a table including this transaction's own writes."""
+        tv = self._table(table)
+        return self.repo.table_store.open_version(tv).to_table(**kwargs)
+
+    def schema(self, name: str) -> pa.Schema:
+        """A table's schema as this transaction sees it."""
+        tv = self._table(name)
+        return self.repo.table_store.open_version(tv).schema
+
+    def _table(self, name: str) -> TableVersion:
+        try:
+            return self._tables[name]
+        except KeyError:
+            raise TableNotFoundError(f"no table {name!r} on branch {self.branch_name!r}") from None
+
+    def _touch(self, key: tuple[str, str], **info: Any) -> None:
+        if key not in self._touched:
+            self._touched[key] = {"dataset": key[0], "lance_branch": key[1], **info}
+            self._save_intent()  # before any physical effect on that Lance branch
+
+    def _writable(self, name: str) -> lance.LanceDataset:
+        """The latest of this branch's own Lance branch of ``name``, forking it on first write."""
+        store = self.repo.table_store
+        tv = self._table(name)
+        if tv.owner != self._branch.id:
+            fork = f"f-{str(ULID()).lower()}"
+            self._touch((tv.dataset, fork), created_fork=True, expected_version=None)
+            crashpoint("before_fork")
+            ds = store.fork(tv, fork)
+            self._tables[name] = TableVersion(tv.dataset, fork, tv.version, self._branch.id, tv.primary_key)
+            return ds
+        self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
+        return store.writable_head(tv)
+
+    def _written(self, name: str, ds_version: int) -> None:
+        tv = self._tables[name]
+        self._tables[name] = replace(tv, version=ds_version)
+        crashpoint(f"after_write_{len(self._ops)}")
+
+    def _latest_version(self, name: str) -> int:
+        return self.repo.table_store.latest_version(self._tables[name])
+
+    # -- operations
+    def create_table(self, name: str, data: Any, primary_key: str | Sequence[str]) -> None:
+        """Create a table (a new Lance dataset with stable row ids and the key declared in its schema)."""
+        self._require_open()
+        validate_table_name(name)
+        if name in self._tables:
+            raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
+        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        table = tbl.to_arrow(data)
+        schema = tbl.schema_with_primary_key(table.schema, pk)
+        tbl.check_primary_key(table, pk, f"create table {name}")
+        table = table.cast(schema)
+        dataset = f"{name}-{str(ULID()).lower()}"
+        self._touch((dataset, "main"), created_dataset=True)
+        ds = self.repo.table_store.create(dataset, table, schema)
+        self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk)
+        self._ops.append(f"create {name}")
+        self._written(name, ds.version)
+
+    def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
+        tv = self._table(name)
+        table = tbl.to_arrow(data)
+        current_schema = self.repo.table_store.open_version(tv).schema
+        tbl.check_primary_key(table, tv.primary_key, f"{what} {name}")
+        table = tbl.conform(table, current_schema, f"{what} {name}")
+        return self._writable(name), table, tv.primary_key
+
+    def append(self, name: str, data: Any) -> None:
+        """Insert rows; keys that exist already are an error."""
+        self._require_open()
+        ds, table, pk = self._incoming(name, data, "append to")
+        if table.num_rows:
+            try:
+                ds.merge_insert(list(pk)).when_matched_fail().when_not_matched_insert_all().execute(table)
+            except (OSError, ValueError, RuntimeError) as exc:
+                if "match" in str(exc).lower() or "fail" in str(exc).lower():
+                    raise PrimaryKeyError(f"append to {name}: some primary keys exist already; use upsert") from None
+                raise
+        self._ops.append(f"append {name}")
+        self._written(name, self._latest_version(name))
+
+    def upsert(self, name: str, data: Any) -> None:
+        """Insert new keys and update existing rows whose values differ."""
+        self._require_open()
+        ds, table, pk = self._incoming(name, data, "upsert into")
+        if table.num_rows:
+            values = [c for c in table.column_names if c not in pk]
+            builder = ds.merge_insert(list(pk))
+            if values:
+                changed = " OR ".join(f"(source.`{c}` IS DISTINCT FROM target.`{c}`)" for c in values)
+                builder = builder.when_matched_update_all(changed)
+            builder.when_not_matched_insert_all().execute(table)
+        self._ops.append(f"upsert {name}")
+        self._written(name, self._latest_version(name))
+
+    def overwrite(self, name: str, data: Any) -> None:
+        """Replace a table's rows (the schema may change; the primary key stays)."""
+        self._require_open()
+        tv = self._table(name)
+        table = tbl.to_arrow(data)
+        schema = tbl.schema_with_primary_key(tbl.strip_field_metadata(table.schema), tv.primary_key)
+        tbl.check_primary_key(table, tv.primary_key, f"overwrite {name}")
+        ds = self._writable(name)
+        out = lance.write_dataset(table.cast(schema), ds, schema=schema, mode="overwrite",
+                                  storage_options=self.repo.table_store.options)
+        self._ops.append(f"overwrite {name}")
+        self._written(name, out.version if out is not None else self._latest_version(name))
+
+    def delete(self, name: str, where: str) -> None:
+        """Delete the rows matching the SQL predicate ``where``."""
+        self._require_open()
+        if not isinstance(where, str) or not where.strip():
+            raise InvalidOperationError("delete needs a non-empty 'where' predicate (use 'true' to delete all rows)")
+        ds = self._writable(name)
+        try:
+            ds.delete(where)
+        except (OSError, ValueError) as exc:
+            raise InvalidOperationError(f"delete from {name}: bad predicate {where!r}: {str(exc).splitlines()[0]}") from None
+        self._ops.append(f"delete {name}")
+        self._written(name, self._latest_version(name))
+
+    def delete_keys(self, name: str, keys: Any) -> None:
+        """Delete the rows whose primary key appears in ``keys`` (a table of the key columns)."""
+        self._require_open()
+        tv = self._table(name)
+        table = tbl.to_arrow(keys)
+        schema = self.repo.table_store.open_version(tv).schema
+        pk = list(tv.primary_key)
+        missing = [k for k in pk if k not in table.column_names]
+        if missing:
+            raise PrimaryKeyError(f"delete keys from {name}: key column(s) {missing} missing")
+        table = tbl.conform(table.select(pk), pa.schema([schema.field(k) for k in pk]), f"delete keys from {name}")
+        ds = self._writable(name)
+        if table.num_rows:
+            ds.merge_insert(pk).when_matched_delete().execute(table)
+        self._ops.append(f"delete {name}")
+        self._written(name, self._latest_version(name))
+
+    def replace_rows(self, name: str, row_ids: Sequence[int], expected_keys: pa.Table, rows: Any) -> bool:
+        """Remove the rows with these stable row ids and add ``rows`` — a write proportional to the
+        change, with no key join against the table. The ids are first checked to still hold
+        ``expected_keys`` (same order); if not, nothing is written and False is returned, so the
+        caller can fall back to key-based writes."""
+        self._require_open()
+        tv = self._table(name)
+        pk = list(tv.primary_key)
+        ds = self._writable(name)
+        ids = pa.array(row_ids, pa.uint64())
+        if len(ids):
+            found = ds._take_rows(ids, columns=pk)
+            if found.num_rows != len(ids) or found.to_pylist() != expected_keys.select(pk).to_pylist():
+                return False
+            before = ds.count_rows()
+            for start in range(0, len(ids), 50_000):
+                chunk = ids.slice(start, 50_000)
+                ds.delete("_rowid IN (" + ",".join(str(i) for i in chunk.to_pylist()) + ")")
+                ds = self.repo.table_store.open(self._tables[name].dataset, self._tables[name].lance_branch, None)
+            if before - ds.count_rows() != len(ids):
+                raise InvalidOperationError(f"replace rows in {name}: row ids matched more or fewer rows than expected")
+        table = tbl.to_arrow(rows)
+        if table.num_rows:
+            table = tbl.conform(table, ds.schema, f"replace rows in {name}")
+            tbl.check_primary_key(table, pk, f"replace rows in {name}")
+            ds.insert(table)
+        self._ops.append(f"replace rows {name}")
+        self._written(name, self._latest_version(name))
+        return True
+
+    def drop_table(self, name: str) -> None:
+        """Remove the table from the branch."""
+        self._require_open()
+        self._table(name)
+        del self._tables[name]
+        self._ops.append(f"drop {name}")
+
+    def _schema_change(self) -> None:
+        if self._schema_lock is None:
+            self._schema_lock = self.repo.lock_branch(SCHEMA_LOCK_BRANCH, f"schema change {self.ulid}",
+                                                      what="another schema change")
+
+    def add_columns(self, name: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> None:
+        """Add nullable columns, filled with nulls."""
+        self._require_open()
+        fields = [fields] if isinstance(fields, pa.Field) else list(fields)
+        tv = self._table(name)
+        schema = self.repo.table_store.open_version(tv).schema
+        for f in fields:
+            if f.name in schema.names:
+                raise SchemaMismatchError(f"table {name!r} has a column {f.name!r} already")
+            if not f.nullable:
+                raise SchemaMismatchError(f"new column {f.name!r} must be nullable (existing rows get nulls)")
+        self._schema_change()
+        ds = self._writable(name)
+        ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
+        self._ops.append(f"add columns {name}")
+        self._written(name, self._latest_version(name))
+
+    def drop_columns(self, name: str, columns: Sequence[str]) -> None:
+        """Drop columns that are not part of the primary key."""
+        self._require_open()
+        tv = self._table(name)
+        schema = self.repo.table_store.open_version(tv).schema
+        columns = [columns] if isinstance(columns, str) else list(columns)
+        for c in columns:
+            if c not in schema.names:
+                raise SchemaMismatchError(f"table {name!r} has no column {c!r}")
+            if c in tv.primary_key:
+                raise PrimaryKeyError(f"cannot drop primary key column {c!r}")
+        self._schema_change()
+        self._writable(name).drop_columns(columns)
+        self._ops.append(f"drop columns {name}")
+        self._written(name, self._latest_version(name))
+
+    def alter_column(self, name: str, column: str, data_type: pa.DataType) -> None:
+        """Widen a column's type; narrowing or unrelated changes are refused."""
+        self._require_open()
+        tv = self._table(name)
+        schema = self.repo.table_store.open_version(tv).schema
+        if column not in schema.names:
+            raise SchemaMismatchError(f"table {name!r} has no column {column!r}")
+        old = schema.field(column).type
+        if old == data_type:
+            return
+        if not tbl.is_widening(old, data_type):
+            raise SchemaMismatchError(f"cannot change {name}.{column} from {old} to {data_type}: only widening is allowed")
+        self._schema_change()
+        self._writable(name).alter_columns({"path": column, "data_type": data_type})
+        self._ops.append(f"alter {name}.{column}")
+        self._written(name, self._latest_version(name))
+
+    def compact(self, name: str, target_rows_per_fragment: int = 1024 * 1024) -> None:
+        """Rewrite small fragments into larger ones (content unchanged; a commit all the same)."""
+        self._require_open()
+        ds = self._writable(name)
+        ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment)
+        self._ops.append(f"compact {name}")
+        self._written(name, self._latest_version(name))
+
+    def set_table(self, name: str, tv: TableVersion) -> None:
+        """Point ``name`` at an existing table version without writing (used by merges)."""
+        self._require_open()
+        validate_table_name(name)
+        self._tables[name] = tv
+        self._ops.append(f"set {name}")
+
+    def add_parent(self, commit_id: str) -> None:
+        """Make the published commit a merge commit with this extra parent."""
+        self._extra_parents.append(commit_id)
+        self._ops.append(f"parent {commit_id[:10]}")
+
+    # -- end
+    def publish(self) -> Commit | None:
+        """Publish the commit (nothing to publish: no commit). Called on a clean ``with`` exit."""
+        self._require_open()
+        repo = self.repo
+        try:
+            if not self._ops:
+                self.abort()
+                return None
+            commit = repo.commits.build(
+                parents=[self._base.id, *self._extra_parents], actor=self.actor,
+                message=self.message or "; ".join(self._ops), metadata=self.metadata,
+                branch=self.branch_name, tables=self._tables, ulid=self.ulid, created_at=now(),
+            )
+            self._save_intent(commit)
+            crashpoint("before_publish")
+            publish(repo.commits, repo.refs, self._branch, commit)
+            crashpoint("after_publish")
+            repo.docs.delete(intent_key(self.ulid))
+            self.commit = commit
+            return commit
+        except BaseException:
+            if self.commit is None:
+                self.abort()
+            raise
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        """Undo every physical write of this transaction and release the branch."""
+        if self._lock is None or not self._lock.held:
+            return
+        repo = self.repo
+        try:
+            repo.recovery.undo_writes(self._touched.values(), self._base)
+            if self._intent_version is not None:
+                repo.docs.delete(intent_key(self.ulid))
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for lock in (self._lock, self._schema_lock):
+            if lock is not None:
+                lock.release()
