@@ -77,6 +77,10 @@ def get_spark(master: str | None = None, memory: str | None = None):
                .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"))
     if memory:
         builder = builder.config("spark.driver.memory", memory).config("spark.executor.memory", memory)
+    for name, value in os.environ.items():
+        # Object-store credentials and endpoints reach executors on other machines too.
+        if name.startswith(("AWS_", "AZURE_", "GOOGLE_")):
+            builder = builder.config(f"spark.executorEnv.{name}", value)
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # the JVM failed to start
@@ -86,9 +90,16 @@ def get_spark(master: str | None = None, memory: str | None = None):
 
 
 # ------------------------------------------------------------------------------------------ planning
+def _task_base(snap: "_Snapshot") -> dict:
+    """Where an executor reads one side: the dataset URI, the pinned version and the storage options
+    (credentials and endpoint travel with the task, so executors need no configuration of their own)."""
+    return {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version,
+            "storage_options": snap.repo.table_store.options}
+
+
 def _side_tasks_full(snap: "_Snapshot", fragments: list) -> list[dict]:
     tasks = []
-    base = {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version}
+    base = _task_base(snap)
     for frag in fragments:
         n = frag.physical_rows
         if n <= ROWS_PER_TASK:
@@ -101,7 +112,7 @@ def _side_tasks_full(snap: "_Snapshot", fragments: list) -> list[dict]:
 
 
 def _side_tasks_rows(snap: "_Snapshot", ids: pa.Array) -> list[dict]:
-    base = {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version}
+    base = _task_base(snap)
     return [{**base, "mode": "rows", "row_ids": ids.slice(i, IDS_PER_TASK).to_pylist()}
             for i in range(0, len(ids), IDS_PER_TASK)]
 
@@ -176,7 +187,7 @@ def pinned(td: "TableDiff") -> Iterator[None]:
     for snap in (td._before, td._after):
         if snap.tv is None:
             continue
-        ds = lance.dataset(snap.repo.dataset_path(snap.tv))
+        ds = snap.repo.table_store.dataset(snap.tv.dataset)
         name = f"p-{str(ULID()).lower()}"
         ds.tags.create(name, (snap.tv.lance_branch, snap.tv.version))
         pins.append((ds, name))
@@ -275,8 +286,9 @@ def spark_rows(td: "TableDiff", spark) -> pa.Table:
     return table.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in key])
 
 
-def write_lance(df, uri: str) -> None:
-    """Write a Spark DataFrame to a Lance dataset: executors write fragments, the driver commits once."""
+def write_lance(df, uri: str, storage_options: dict[str, str] | None = None) -> None:
+    """Write a Spark DataFrame to a Lance dataset (a path or an object-store URI): executors write
+    fragments, the driver commits once."""
     from pyspark import cloudpickle
 
     from trimerge.diff import spark_tasks
@@ -291,7 +303,7 @@ def write_lance(df, uri: str) -> None:
         if not batches:
             return
         reader = _pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
-        frags = _lance.fragment.write_fragments(reader, uri)
+        frags = _lance.fragment.write_fragments(reader, uri, storage_options=storage_options)
         yield _pa.RecordBatch.from_pydict({"fragment": [json.dumps(f.to_json()) for f in frags],
                                            "schema": [batches[0].schema.serialize().to_pybytes()] * len(frags)})
 
@@ -302,4 +314,5 @@ def write_lance(df, uri: str) -> None:
 
     frags = [FragmentMetadata.from_json(r["fragment"]) for r in out]
     schema = pa.ipc.read_schema(pa.py_buffer(out[0]["schema"]))
-    lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(schema, frags), read_version=None)
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(schema, frags), read_version=None,
+                              storage_options=storage_options)

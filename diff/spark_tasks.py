@@ -1,7 +1,7 @@
 """Executor-side reading for Spark diffs: imports only pylance and pyarrow.
 
 Shipped to executors by value (cloudpickle), so executors need ``pylance`` and ``pyarrow`` but not
-trimerge itself. A task is a small JSON document: dataset path, Lance branch, pinned version and
+trimerge itself. A task is a small JSON document: dataset URI, storage options, Lance branch, pinned version and
 either a fragment (optionally a row slice of it) or a list of stable row ids — never fragment
 objects, which would drag the whole manifest along.
 """
@@ -14,10 +14,10 @@ from typing import Iterator
 BATCH_ROWS = 65536
 
 
-def open_pinned(path: str, lance_branch: str, version: int):
+def open_pinned(path: str, lance_branch: str, version: int, storage_options: dict | None = None):
     import lance
 
-    ds = lance.dataset(path)
+    ds = lance.dataset(path, storage_options=storage_options)
     if lance_branch == "main":
         return ds.checkout_version(version) if ds.version != version else ds
     return ds.checkout_version((lance_branch, version))
@@ -27,7 +27,7 @@ def read_task(task: dict, columns: list[str]):
     """Yield the task's rows as record batches with exactly ``columns``."""
     import pyarrow as pa
 
-    ds = open_pinned(task["path"], task["lance_branch"], task["version"])
+    ds = open_pinned(task["path"], task["lance_branch"], task["version"], task.get("storage_options"))
     if task["mode"] == "rows":
         table = ds._take_rows(pa.array(task["row_ids"], pa.uint64()), columns=columns)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)

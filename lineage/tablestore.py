@@ -48,27 +48,36 @@ class TableStore:
     def open(self, dataset: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
         """One version (None: the latest) of one Lance branch."""
         _check_component(lance_branch, "Lance branch")
-        return tbl.open_version(self.uri(dataset), lance_branch, version, self.options)
+        ds = tbl.open_version(self.uri(dataset), lance_branch, version, self.options)
+        if self.moved_from and lance_branch != "main":
+            self._check_not_moved(dataset, lance_branch, ds)
+        return ds
 
     def open_version(self, tv: TableVersion) -> lance.LanceDataset:
         """The data of a commit's table, with a clear error when it is gone or moved."""
         try:
-            return self.open(tv.dataset, tv.lance_branch, tv.version)
+            ds = self.open(tv.dataset, tv.lance_branch, tv.version)
         except (OSError, ValueError, RuntimeError) as exc:
             if not self.has_data(tv):
                 raise DataReclaimedError(
                     f"data of {tv.dataset} ({tv.lance_branch} v{tv.version}) is gone: it was reclaimed by cleanup "
                     "after its branch was deleted") from None
-            if self.moved_from:
-                raise RepositoryMovedError(
-                    f"table data {tv.dataset} ({tv.lance_branch}) still refers to the repository's old location "
-                    f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
-                    f"to {self.moved_from}, or make that path point to {self.location.uri}") from None
             if "not found" in str(exc).lower():
                 raise DataReclaimedError(
                     f"data of {tv.dataset} ({tv.lance_branch} v{tv.version}) is gone: it was reclaimed by cleanup "
                     "after its branch was deleted") from None
             raise
+        return ds
+
+    def _check_not_moved(self, dataset: str, lance_branch: str, ds: lance.LanceDataset) -> None:
+        """A fork's manifest records its parent's absolute location; after a move it points back there."""
+        here = self.location.uri.rstrip("/") + "/"
+        for base in ds.base_paths().values():
+            if not str(base.path).startswith(here):
+                raise RepositoryMovedError(
+                    f"table data {dataset} ({lance_branch}) still refers to the repository's old location "
+                    f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
+                    f"to {self.moved_from}, or make that path point to {self.location.uri}")
 
     def has_data(self, tv: TableVersion) -> bool:
         """Whether the dataset (and the Lance branch, for a fork) still exists."""

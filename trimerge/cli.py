@@ -694,12 +694,16 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         from trimerge.diff.spark import pinned, write_lance
 
         changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
+        remote = "://" in output and not output.startswith("file://")
+        if remote and not output.endswith(".lance"):
+            fail("Spark writes Parquet through Hadoop filesystems only; for an object-store target use a "
+                 "Lance output (a path ending in .lance)")
         for n, td in changed.items():
-            target = output if len(changed) == 1 else str(Path(output) / n)
+            target = output if len(changed) == 1 else f"{output.rstrip('/')}/{n}"
             with pinned(td):
                 frame = td.to_spark()
                 if output.endswith(".lance"):
-                    write_lance(frame, target)
+                    write_lance(frame, target, repo.table_store.options if remote else None)
                 else:
                     frame.write.mode("overwrite").parquet(target)
         emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
