@@ -4,24 +4,14 @@ Run: ``python benchmarks/bench_repo.py``."""
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
 import pyarrow as pa
 
-from common import fresh_dir, print_table
+from common import fresh_dir, median_time as timed, print_table
 
 import trimerge
-
-
-def timed(fn, repeat: int = 5):
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
 
 
 def main() -> int:

@@ -47,6 +47,18 @@ def timed(results: dict, name: str):
     results[name] = time.perf_counter() - t0
 
 
+def median_time(fn, repeat: int = 5) -> float:
+    """Median wall seconds of ``repeat`` calls."""
+    import statistics
+
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
 def best_of(fn, repeat: int = 3):
     """(best seconds, last result)."""
     best, out = float("inf"), None

@@ -185,8 +185,22 @@ class LocalBackend:
 
 # ------------------------------------------------------------------------------------------ object stores
 def _store_error(exc: Exception, what: str, where: str) -> StorageError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StorageError(f"{what} {where}: {type(exc).__name__}: {first[:300]}")
+    """One line saying what went wrong and what to do, with the store's own words cut short."""
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        hint = "the bucket (or container) does not exist"
+    elif "api/token" in text or "credential" in text.lower() and "error" in text.lower():
+        hint = ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the Azure/GCS "
+                "equivalents) or pass them as storage options")
+    elif name in ("PermissionDeniedError", "UnauthenticatedError") or any(
+            code in text for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", " 403 ")):
+        hint = "access denied: check the credentials and their permissions"
+    elif any(w in text for w in ("Connection refused", "connect", "dns error", "timed out", "operation timed out")):
+        hint = "the storage endpoint cannot be reached"
+    else:
+        hint = name
+    return StorageError(f"{what} {where}: {hint} ({text[:160]})")
 
 
 class ObjectStoreBackend:
@@ -211,50 +225,49 @@ class ObjectStoreBackend:
 
     @contextmanager
     def _errors(self, what: str, key: str) -> Iterator[None]:
+        """Let the answers the protocol uses through (absent, exists, lost race); everything else
+        (credentials, network, unknown bucket) becomes one :class:`StorageError` line."""
         import obstore.exceptions as ox
 
         try:
             yield
-        except (ox.AlreadyExistsError, ox.PreconditionError, ox.NotFoundError):
+        except _ANSWERS:
             raise
-        except ox.BaseError as exc:
+        except (ox.BaseError, OSError, RuntimeError, ValueError) as exc:
             if _is_conflict(exc):
                 raise ox.PreconditionError(str(exc)) from None
             raise _store_error(exc, what, f"{self.url}/{key}") from None
 
     def get(self, key: str) -> Stored | None:
         import obstore
-        import obstore.exceptions as ox
 
         try:
             with self._errors("cannot read", key):
                 result = obstore.get(self.store, key)
                 data = bytes(result.bytes())
-        except ox.NotFoundError:
+        except _ABSENT:
             return None
         return Stored(data, _version_of(result.meta))
 
     def create(self, key: str, data: bytes) -> Any | None:
         import obstore
-        import obstore.exceptions as ox
 
         try:
             with self._errors("cannot write", key):
                 result = obstore.put(self.store, key, data, mode="create")
-        except (ox.AlreadyExistsError, ox.PreconditionError):
+        except _ANSWERS:
             return None
         return _version_of(result)
 
     def swap(self, key: str, data: bytes, expected: Any) -> Any | None:
         import obstore
-        import obstore.exceptions as ox
 
         e_tag, version = expected
         mode = {"e_tag": e_tag} if version is None else {"e_tag": e_tag, "version": version}
         try:
             with self._errors("cannot write", key):
                 result = obstore.put(self.store, key, data, mode=mode)
-        except (ox.PreconditionError, ox.AlreadyExistsError, ox.NotFoundError):
+        except _ANSWERS:
             return None
         return _version_of(result)
 
@@ -269,9 +282,8 @@ class ObjectStoreBackend:
 
     def delete(self, key: str) -> None:
         import obstore
-        import obstore.exceptions as ox
 
-        with suppress(ox.NotFoundError), self._errors("cannot delete", key):
+        with suppress(*_ABSENT), self._errors("cannot delete", key):
             obstore.delete(self.store, key)
 
     def children(self, prefix: str) -> list[str]:
@@ -297,6 +309,19 @@ class ObjectStoreBackend:
 
     def tree_size(self, prefix: str) -> int:
         return sum(o["size"] for o in self._walk(prefix))
+
+
+def _obstore_answers() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(absent, every protocol answer): obstore raises its own types or the builtin ones."""
+    try:
+        import obstore.exceptions as ox
+    except ImportError:  # local repositories do not need obstore
+        return (FileNotFoundError,), (FileNotFoundError, FileExistsError)
+    absent = (FileNotFoundError, ox.NotFoundError)
+    return absent, (*absent, FileExistsError, ox.AlreadyExistsError, ox.PreconditionError)
+
+
+_ABSENT, _ANSWERS = _obstore_answers()
 
 
 def _version_of(meta: Any) -> tuple[str | None, str | None]:

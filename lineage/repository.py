@@ -156,6 +156,8 @@ class Repository:
         probe = Documents(location.backend(META_DIR), location.join(META_DIR))
         doc = probe.get(REPO_DOC)
         if not isinstance(doc, dict):
+            if not location.is_local:
+                probe.backend.children("")  # a missing bucket or bad credentials say so, not "no repository"
             raise RepositoryNotFoundError(f"no trimerge repository at {location.uri} (create one with 'trimerge init')")
         recorded = doc.get("location")
         moved_from = recorded if recorded and recorded != location.uri else None
