@@ -104,3 +104,16 @@ def validate_table_name(name: str) -> str:
 
 def is_internal_branch(name: str) -> bool:
     return name in INTERNAL_BRANCHES
+
+
+def is_branch_name(name: object) -> bool:
+    """Whether ``name`` could name a user branch (a valid, non-internal branch name)."""
+    if not isinstance(name, str) or is_internal_branch(name):
+        return False
+    if name == MAIN:
+        return True
+    try:
+        validate_branch_name(name)
+    except InvalidNameError:
+        return False
+    return True

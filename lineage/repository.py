@@ -121,6 +121,7 @@ class Repository:
         self.recovery = Recovery(self)
         self.maintenance = Maintenance(self)
         self.last_recovery = RecoveryReport()
+        self._released_leases: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -207,7 +208,7 @@ class Repository:
     @property
     def current_branch(self) -> str:
         name = self.refs.head()
-        return name if self.branches.exists(name) else MAIN
+        return name if name == MAIN or self.branches.exists(name) else MAIN
 
     def switch(self, branch: str) -> Branch:
         """Make ``branch`` the current branch (the default of writes and reads)."""
@@ -456,7 +457,7 @@ class Repository:
     # ------------------------------------------------------------------ leases, recovery, maintenance
     def branch_lease(self, branch: str, purpose: str) -> Lease:
         """The (not yet taken) lease that makes one writer at a time own ``branch``."""
-        return Lease(self.docs, f"locks/{encode_name(branch)}.lock", purpose)
+        return Lease(self.docs, f"locks/{encode_name(branch)}.lock", purpose, released_versions=self._released_leases)
 
     def lock_branch(self, branch: str, purpose: str, *, what: str | None = None) -> Lease:
         """Take ``branch``'s lease, waiting up to ``lock_timeout``; a dead holder's interrupted write is

@@ -34,6 +34,7 @@ class TableStore:
     def __init__(self, location: Location, moved_from: str | None = None):
         self.location = location
         self.options = location.lance_options()
+        self.session = lance.Session()  # one per repository: cached clients and manifests
         self.files = location.backend(TABLES_DIR)  # folder-level listing and removal
         self.moved_from = moved_from  # where the repository was created, if it is somewhere else now
 
@@ -43,12 +44,12 @@ class TableStore:
 
     def dataset(self, dataset: str) -> lance.LanceDataset:
         """A dataset's main branch, latest version (for maintenance: branches and tags)."""
-        return lance.dataset(self.uri(dataset), storage_options=self.options)
+        return lance.dataset(self.uri(dataset), storage_options=self.options, session=self.session)
 
     def open(self, dataset: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
         """One version (None: the latest) of one Lance branch."""
         _check_component(lance_branch, "Lance branch")
-        ds = tbl.open_version(self.uri(dataset), lance_branch, version, self.options)
+        ds = tbl.open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
         if self.moved_from and lance_branch != "main":
             self._check_not_moved(dataset, lance_branch, ds)
         return ds
@@ -88,7 +89,7 @@ class TableStore:
 
     def create(self, dataset: str, table: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
         return lance.write_dataset(table, self.uri(dataset), schema=schema, enable_stable_row_ids=True,
-                                   mode="create", storage_options=self.options)
+                                   mode="create", storage_options=self.options, session=self.session)
 
     def fork(self, tv: TableVersion, fork: str) -> lance.LanceDataset:
         """A new Lance branch ``fork`` starting at ``tv``; returns its latest version."""

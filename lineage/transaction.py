@@ -30,7 +30,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.lease import Lease
-from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, validate_table_name
+from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.refs import Branch, now, publish
 from trimerge.lineage.recovery import intent_key
 
@@ -77,24 +77,29 @@ class Transaction:
 
     def begin(self) -> None:
         repo = self.repo
-        if not repo.branches.exists(self.branch_name):
-            if repo.tags.get_or_none(self.branch_name):
-                raise ReadOnlyRefError(f"{self.branch_name!r} is a tag; writes go to branches")
-            try:
-                repo.resolve(self.branch_name)
-            except TrimergeError:
-                raise BranchNotFoundError(f"no branch {self.branch_name!r}") from None
-            raise ReadOnlyRefError(f"{self.branch_name!r} is not a branch; writes go to branches")
+        if not is_branch_name(self.branch_name):
+            self._refuse()
         self._lock = repo.lock_branch(self.branch_name, f"transaction {self.ulid}")
         try:
-            self._branch = repo.refs.branch(self.branch_name)  # read again: it may have moved meanwhile
+            self._branch = repo.refs.branch(self.branch_name)  # read under the lease: the tip to build on
             if self._branch is None:
-                raise BranchNotFoundError(f"no branch {self.branch_name!r}")
+                self._refuse()
             self._base = repo.commit(self._branch.commit_id)
             self._tables = dict(self._base.tables)
         except BaseException:
             self._lock.release()
             raise
+
+    def _refuse(self) -> None:
+        """The clear error for a write to something that is not a branch."""
+        repo = self.repo
+        if repo.tags.get_or_none(self.branch_name):
+            raise ReadOnlyRefError(f"{self.branch_name!r} is a tag; writes go to branches")
+        try:
+            repo.resolve(self.branch_name)
+        except TrimergeError:
+            raise BranchNotFoundError(f"no branch {self.branch_name!r}") from None
+        raise ReadOnlyRefError(f"{self.branch_name!r} is not a branch; writes go to branches")
 
     def _save_intent(self, commit: Commit | None = None) -> None:
         doc = {
@@ -191,10 +196,13 @@ class Transaction:
     def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
         tv = self._table(name)
         table = tbl.to_arrow(data)
-        current_schema = self.repo.table_store.open_version(tv).schema
         tbl.check_primary_key(table, tv.primary_key, f"{what} {name}")
-        table = tbl.conform(table, current_schema, f"{what} {name}")
-        return self._writable(name), table, tv.primary_key
+        # An owned Lance branch's head is the committed version (healed if a failed write left
+        # more), so one open serves both the schema check and the write; a fork waits for the check.
+        ds = self._writable(name) if tv.owner == self._branch.id else None
+        schema = ds.schema if ds is not None else self.repo.table_store.open_version(tv).schema
+        table = tbl.conform(table, schema, f"{what} {name}")
+        return ds or self._writable(name), table, tv.primary_key
 
     def append(self, name: str, data: Any) -> None:
         """Insert rows; keys that exist already are an error."""
@@ -208,7 +216,7 @@ class Transaction:
                     raise PrimaryKeyError(f"append to {name}: some primary keys exist already; use upsert") from None
                 raise
         self._ops.append(f"append {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, ds.version)  # Lance writes move the dataset object to the new version
 
     def upsert(self, name: str, data: Any) -> None:
         """Insert new keys and update existing rows whose values differ."""
@@ -222,7 +230,7 @@ class Transaction:
                 builder = builder.when_matched_update_all(changed)
             builder.when_not_matched_insert_all().execute(table)
         self._ops.append(f"upsert {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, ds.version)
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""
@@ -248,7 +256,7 @@ class Transaction:
         except (OSError, ValueError) as exc:
             raise InvalidOperationError(f"delete from {name}: bad predicate {where!r}: {str(exc).splitlines()[0]}") from None
         self._ops.append(f"delete {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, ds.version)
 
     def delete_keys(self, name: str, keys: Any) -> None:
         """Delete the rows whose primary key appears in ``keys`` (a table of the key columns)."""
@@ -265,7 +273,7 @@ class Transaction:
         if table.num_rows:
             ds.merge_insert(pk).when_matched_delete().execute(table)
         self._ops.append(f"delete {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, ds.version)
 
     def replace_rows(self, name: str, row_ids: Sequence[int], expected_keys: pa.Table, rows: Any) -> bool:
         """Remove the rows with these stable row ids and add ``rows`` — a write proportional to the
@@ -285,7 +293,6 @@ class Transaction:
             for start in range(0, len(ids), 50_000):
                 chunk = ids.slice(start, 50_000)
                 ds.delete("_rowid IN (" + ",".join(str(i) for i in chunk.to_pylist()) + ")")
-                ds = self.repo.table_store.open(self._tables[name].dataset, self._tables[name].lance_branch, None)
             if before - ds.count_rows() != len(ids):
                 raise InvalidOperationError(f"replace rows in {name}: row ids matched more or fewer rows than expected")
         table = tbl.to_arrow(rows)
@@ -294,7 +301,7 @@ class Transaction:
             tbl.check_primary_key(table, pk, f"replace rows in {name}")
             ds.insert(table)
         self._ops.append(f"replace rows {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, ds.version)
         return True
 
     def drop_table(self, name: str) -> None:
