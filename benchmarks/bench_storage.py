@@ -58,7 +58,7 @@ def measure(make_uri, options) -> dict[str, float | str]:
     keys = iter(range(100_000, 10**9))
     one_row = lambda: repo.upsert("t", pa.table({"id": pa.array([next(keys)], pa.int64()), "v": [1]}))  # noqa: E731
     one_row()
-    out["one-row commit"] = median_of(one_row, 15)
+    out["one-row commit"] = median_of(one_row, 41)
     proxy = counted(repo)
     one_row()
     out["metadata requests per commit"] = f"{sum(proxy.calls.values())} ({dict(sorted(proxy.calls.items()))})"

@@ -276,8 +276,10 @@ def spark_rows(td: "TableDiff", spark) -> pa.Table:
     with pinned(td):
         table = spark_frame(td, spark).toArrow()
     key, common, added = td.compared_columns()
-    b_schema = td._before.schema if td._before.tv else pa.schema([(td._after.schema or td._before.schema).field(k) for k in key])
-    a_schema = td._after.schema if td._after.tv else pa.schema([td._before.schema.field(k) for k in key])
+    # A side the table is missing from borrows the other side's schema, as the local engine does:
+    # an added table's rows carry a typed, all-null ``before`` struct, not a null column.
+    b_schema = (td._before if td._before.tv else td._after).schema
+    a_schema = (td._after if td._after.tv else td._before).schema
     empty = classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
                      [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
     schema = empty.drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema

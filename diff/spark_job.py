@@ -24,11 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("refs", nargs="+", help="A B, A..B or A...B")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--table", action="append", default=None)
+    ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="object-store option (default: the AWS_*/AZURE_*/GOOGLE_* environment)")
     args = ap.parse_args(argv)
 
     from trimerge.cli import main as cli_main
 
-    cmd = ["-C", args.repository, "diff", *args.refs, "--engine", "spark", "-o", args.output]
+    cmd = ["-C", args.repository, *[a for o in args.storage_option for a in ("--storage-option", o)],
+           "diff", *args.refs, "--engine", "spark", "-o", args.output]
     for t in args.table or []:
         cmd += ["--table", t]
     cli_main(cmd)

@@ -9,8 +9,9 @@ Everything the repository needs from storage beyond Lance is five operations on 
 - ``list(prefix)``: the keys directly inside folder ``prefix``;
 - ``delete(key)``: remove (used only for objects that one owner alone writes).
 
-and three for whole folders, used by maintenance: ``children(prefix)``, ``delete_tree(prefix)``
-and ``tree_size(prefix)``.
+and four for whole folders: ``children(prefix)``, ``keys_below(prefix)``, ``delete_tree(prefix)``
+and ``tree_size(prefix)``. ``remote`` tells whether requests cross a network (then reading many
+objects at once pays).
 
 Backends:
 
@@ -66,6 +67,8 @@ class Backend(Protocol):
 
     def children(self, prefix: str) -> list[str]: ...
 
+    def keys_below(self, prefix: str) -> Iterator[str]: ...
+
     def delete_tree(self, prefix: str) -> None: ...
 
     def tree_size(self, prefix: str) -> int: ...
@@ -78,6 +81,8 @@ def content_version(data: bytes) -> str:
 # ------------------------------------------------------------------------------------------ local disk
 class LocalBackend:
     """Objects as files below ``root``."""
+
+    remote = False
 
     def __init__(self, root: Path):
         self.root = root
@@ -154,6 +159,11 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def keys_below(self, prefix: str) -> Iterator[str]:
+        for dirpath, _dirs, files in os.walk(self._path(prefix)):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            yield from (f"{rel}/{f}" for f in sorted(files) if not f.startswith(TEMP_PREFIX))
+
     def delete_tree(self, prefix: str) -> None:
         path = self._path(prefix)
         if path.is_symlink() or path.is_file():
@@ -205,6 +215,8 @@ def _store_error(exc: Exception, what: str, where: str) -> StorageError:
 
 class ObjectStoreBackend:
     """Objects in a bucket (S3, Azure, GCS) through obstore, below one key prefix."""
+
+    remote = True
 
     def __init__(self, store: Any, url: str):
         self.store = store
@@ -299,6 +311,9 @@ class ObjectStoreBackend:
             for page in obstore.list(self.store, prefix.rstrip("/") + "/"):
                 yield from page
 
+    def keys_below(self, prefix: str) -> Iterator[str]:
+        return (o["path"] for o in self._walk(prefix))
+
     def delete_tree(self, prefix: str) -> None:
         import obstore
 
@@ -339,6 +354,8 @@ def _is_conflict(exc: Exception) -> bool:
 class MemoryBackend:
     """A dict with S3's semantics (content-hash versions), for unit tests."""
 
+    remote = False
+
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self._mutex = threading.Lock()
@@ -376,6 +393,11 @@ class MemoryBackend:
         head = prefix.rstrip("/") + "/"
         with self._mutex:
             return sorted({k[len(head):].split("/", 1)[0] for k in self.objects if k.startswith(head)})
+
+    def keys_below(self, prefix: str) -> Iterator[str]:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            return iter(sorted(k for k in self.objects if k.startswith(head)))
 
     def delete_tree(self, prefix: str) -> None:
         head = prefix.rstrip("/") + "/"

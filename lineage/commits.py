@@ -2,6 +2,11 @@
 
 Commits are only ever created (create-if-absent), never changed or deleted, so they are cached
 forever once read. A commit read back is checked against its id: an edited file is refused.
+
+On an object store a history walk would pay one round trip per commit, one after the other (a
+commit's parents are known only once it is read). After :data:`PREFETCH_AFTER` cold reads the
+store therefore lists the commits and reads them all at once on a thread pool, unless there are
+more than :data:`PREFETCH_LIMIT` of them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from trimerge.lineage.documents import Documents, without_nonce
 from trimerge.lineage.errors import CorruptRepositoryError, RefNotFoundError
 
 FOLDER = "commits"
+PREFETCH_AFTER = 32
+PREFETCH_LIMIT = 50_000
+PREFETCH_THREADS = 32
 
 
 def commit_key(commit_id: str) -> str:
@@ -28,6 +36,7 @@ class CommitStore:
     def __init__(self, docs: Documents):
         self.docs = docs
         self._cache: dict[str, Commit] = {}
+        self._cold_reads = 0
 
     # -- the graph interface (parents, generation, created_at)
     def parents(self, commit_id: str) -> tuple[str, ...]:
@@ -45,10 +54,18 @@ class CommitStore:
         c = self._cache.get(commit_id)
         if c is not None:
             return c
+        self._cold_reads += 1
+        if self._cold_reads == PREFETCH_AFTER and self.docs.backend.remote:
+            self.prefetch()
+            if commit_id in self._cache:
+                return self._cache[commit_id]
         key = commit_key(commit_id)
         doc = self.docs.get(key) if isinstance(commit_id, str) and len(commit_id) > 2 else None
         if doc is None:
             raise RefNotFoundError(f"no commit {commit_id}")
+        return self._parsed(commit_id, key, doc)
+
+    def _parsed(self, commit_id: str, key: str, doc: object) -> Commit:
         try:
             c = Commit.from_json(without_nonce(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -58,6 +75,26 @@ class CommitStore:
                                          "(the file was edited or damaged)")
         self._cache[commit_id] = c
         return c
+
+    def prefetch(self) -> None:
+        """Read every stored commit into the cache, many requests at a time."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        keys = []
+        for key in self.docs.backend.keys_below(FOLDER):
+            keys.append(key)
+            if len(keys) > PREFETCH_LIMIT:
+                return
+        wanted = [(k, k.split("/", 1)[1].replace("/", "").removesuffix(".json")) for k in keys]
+        wanted = [(k, cid) for k, cid in wanted if cid not in self._cache]
+        with ThreadPoolExecutor(PREFETCH_THREADS) as pool:
+            docs = list(pool.map(lambda kc: self.docs.get(kc[0]), wanted))
+        for (key, cid), doc in zip(wanted, docs):
+            if doc is not None:
+                try:
+                    self._parsed(cid, key, doc)
+                except CorruptRepositoryError:
+                    pass  # reported when (and if) the commit is really read
 
     def exists(self, commit_id: str) -> bool:
         return commit_id in self._cache or self.docs.backend.get(commit_key(commit_id)) is not None

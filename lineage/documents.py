@@ -9,8 +9,9 @@ succeed.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ulid import ULID
 
@@ -80,11 +81,29 @@ class Documents:
             raise ConcurrentWriteError(f"{self.where}/{key} was changed by another writer; refresh and retry")
         return version
 
+    def together(self, *calls: Callable[[], Any]) -> list[Any]:
+        """Run independent requests at once on a remote store (one round trip instead of several),
+        one after the other on a local disk; the first error is raised after all have finished."""
+        if not self.backend.remote or len(calls) < 2:
+            return [call() for call in calls]
+        futures = [_pool().submit(call) for call in calls]
+        return [f.result() for f in futures]
+
     def list(self, prefix: str) -> list[str]:
         return self.backend.list(prefix)
 
     def delete(self, key: str) -> None:
         self.backend.delete(key)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(4, thread_name_prefix="trimerge-meta")
+    return _POOL
 
 
 def without_nonce(doc: dict[str, Any]) -> dict[str, Any]:

@@ -165,13 +165,16 @@ class RefStore:
         raise ConcurrentWriteError("HEAD is being changed by another process; retry")
 
 
-def publish(commits: CommitStore, refs: RefStore, branch: Branch, commit: Commit) -> Branch:
-    """Store ``commit`` and move ``branch`` (as read by the writer) to it; returns the moved branch.
+def publish(commits: CommitStore, refs: RefStore, branch: Branch, commit: Commit, *,
+            stored: bool = False) -> Branch:
+    """Store ``commit`` (unless ``stored``) and move ``branch`` (as read by the writer) to it;
+    returns the moved branch.
 
     :class:`ConcurrentWriteError` (retryable) when the branch moved or was recreated meanwhile."""
     if commit.parents[:1] != (branch.commit_id,):
         raise ConcurrentWriteError(f"branch {branch.name!r} moved during the write; refresh and retry")
-    commits.put(commit)
+    if not stored:
+        commits.put(commit)
     crashpoint("after_commit_object")
     moved = refs.move_branch(branch, commit.id)
     if moved is None:

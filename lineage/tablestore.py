@@ -35,6 +35,9 @@ class TableStore:
         self.location = location
         self.options = location.lance_options()
         self.session = lance.Session()  # one per repository: cached clients and manifests
+        # Heads this process committed last, per (dataset, Lance branch): the next write there
+        # reuses the dataset object after one cheap "is it still the latest?" check.
+        self._heads: dict[tuple[str, str], lance.LanceDataset] = {}
         self.files = location.backend(TABLES_DIR)  # folder-level listing and removal
         self.moved_from = moved_from  # where the repository was created, if it is somewhere else now
 
@@ -129,6 +132,9 @@ class TableStore:
     def writable_head(self, tv: TableVersion) -> lance.LanceDataset:
         """The latest version of an owned Lance branch, rolled back to the committed version if a
         failed write left other content there (self-healing even when the write's note was lost)."""
+        cached = self._heads.pop((tv.dataset, tv.lance_branch), None)
+        if cached is not None and cached.version == tv.version and cached.latest_version == tv.version:
+            return cached
         latest = self.open(tv.dataset, tv.lance_branch, None)
         if latest.version == tv.version:
             return latest
@@ -137,6 +143,11 @@ class TableStore:
             committed.restore()
             latest = self.open(tv.dataset, tv.lance_branch, None)
         return latest
+
+    def remember_head(self, tv: TableVersion, ds: lance.LanceDataset) -> None:
+        """``ds`` is the committed head of ``tv``'s Lance branch (after a successful publish)."""
+        if ds.version == tv.version:
+            self._heads[(tv.dataset, tv.lance_branch)] = ds
 
     def latest_version(self, tv: TableVersion) -> int:
         return self.open(tv.dataset, tv.lance_branch, None).version

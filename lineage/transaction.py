@@ -63,6 +63,7 @@ class Transaction:
         self._touched: dict[tuple[str, str], dict[str, Any]] = {}
         self._ops: list[str] = []
         self._extra_parents: list[str] = []
+        self._heads: dict[str, lance.LanceDataset | None] = {}  # the dataset object each write left
 
     # -- lifecycle
     def __enter__(self) -> "Transaction":
@@ -166,9 +167,10 @@ class Transaction:
         self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
         return store.writable_head(tv)
 
-    def _written(self, name: str, ds_version: int) -> None:
+    def _written(self, name: str, ds_version: int, ds: lance.LanceDataset | None = None) -> None:
         tv = self._tables[name]
         self._tables[name] = replace(tv, version=ds_version)
+        self._heads[name] = ds
         crashpoint(f"after_write_{len(self._ops)}")
 
     def _latest_version(self, name: str) -> int:
@@ -216,7 +218,7 @@ class Transaction:
                     raise PrimaryKeyError(f"append to {name}: some primary keys exist already; use upsert") from None
                 raise
         self._ops.append(f"append {name}")
-        self._written(name, ds.version)  # Lance writes move the dataset object to the new version
+        self._written(name, ds.version, ds)  # Lance writes move the dataset object to the new version
 
     def upsert(self, name: str, data: Any) -> None:
         """Insert new keys and update existing rows whose values differ."""
@@ -230,7 +232,7 @@ class Transaction:
                 builder = builder.when_matched_update_all(changed)
             builder.when_not_matched_insert_all().execute(table)
         self._ops.append(f"upsert {name}")
-        self._written(name, ds.version)
+        self._written(name, ds.version, ds)
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""
@@ -256,7 +258,7 @@ class Transaction:
         except (OSError, ValueError) as exc:
             raise InvalidOperationError(f"delete from {name}: bad predicate {where!r}: {str(exc).splitlines()[0]}") from None
         self._ops.append(f"delete {name}")
-        self._written(name, ds.version)
+        self._written(name, ds.version, ds)
 
     def delete_keys(self, name: str, keys: Any) -> None:
         """Delete the rows whose primary key appears in ``keys`` (a table of the key columns)."""
@@ -273,7 +275,7 @@ class Transaction:
         if table.num_rows:
             ds.merge_insert(pk).when_matched_delete().execute(table)
         self._ops.append(f"delete {name}")
-        self._written(name, ds.version)
+        self._written(name, ds.version, ds)
 
     def replace_rows(self, name: str, row_ids: Sequence[int], expected_keys: pa.Table, rows: Any) -> bool:
         """Remove the rows with these stable row ids and add ``rows`` — a write proportional to the
@@ -400,12 +402,16 @@ class Transaction:
                 message=self.message or "; ".join(self._ops), metadata=self.metadata,
                 branch=self.branch_name, tables=self._tables, ulid=self.ulid, created_at=now(),
             )
-            self._save_intent(commit)
+            # The planned commit in the intent and the commit object: both before the branch moves.
+            repo.docs.together(lambda: self._save_intent(commit), lambda: repo.commits.put(commit))
             crashpoint("before_publish")
-            publish(repo.commits, repo.refs, self._branch, commit)
+            publish(repo.commits, repo.refs, self._branch, commit, stored=True)
             crashpoint("after_publish")
-            repo.docs.delete(intent_key(self.ulid))
             self.commit = commit
+            repo.docs.together(lambda: repo.docs.delete(intent_key(self.ulid)), self._release)
+            for name, ds in self._heads.items():
+                if ds is not None and name in commit.tables:
+                    repo.table_store.remember_head(commit.tables[name], ds)
             return commit
         except BaseException:
             if self.commit is None:
