@@ -3,7 +3,7 @@
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import *  # noqa: F401,F403 - the error types are part of the API
-from trimerge.lineage.repository import Branch, CleanupReport, Ref, Repository, Tag, Transaction
+from trimerge.lineage.repository import Branch, CleanupReport, FsckReport, GcReport, Ref, Repository, Tag, Transaction
 
-__all__ = ["Address", "Branch", "CleanupReport", "Commit", "Ref", "Repository", "TableVersion", "Tag",
-           "Transaction", "parse_address"]
+__all__ = ["Address", "Branch", "CleanupReport", "Commit", "FsckReport", "GcReport", "Ref", "Repository",
+           "TableVersion", "Tag", "Transaction", "parse_address"]

@@ -67,6 +67,8 @@ class Backend(Protocol):
 
     def children(self, prefix: str) -> list[str]: ...
 
+    def folders(self, prefix: str) -> list[str]: ...
+
     def keys_below(self, prefix: str) -> Iterator[str]: ...
 
     def delete_tree(self, prefix: str) -> None: ...
@@ -158,6 +160,11 @@ class LocalBackend:
             return sorted(n for n in os.listdir(self._path(prefix)) if not n.startswith(TEMP_PREFIX))
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def folders(self, prefix: str) -> list[str]:
+        """Real subfolders only: a symlink is never a folder of ours."""
+        base = self._path(prefix)
+        return [n for n in self.children(prefix) if (base / n).is_dir() and not (base / n).is_symlink()]
 
     def keys_below(self, prefix: str) -> Iterator[str]:
         for dirpath, _dirs, files in os.walk(self._path(prefix)):
@@ -304,6 +311,9 @@ class ObjectStoreBackend:
         names |= {o["path"].rsplit("/", 1)[-1] for o in listing["objects"]}
         return sorted(names)
 
+    def folders(self, prefix: str) -> list[str]:
+        return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in self._listing(prefix)["common_prefixes"]})
+
     def _walk(self, prefix: str) -> Iterator[dict]:
         import obstore
 
@@ -393,6 +403,12 @@ class MemoryBackend:
         head = prefix.rstrip("/") + "/"
         with self._mutex:
             return sorted({k[len(head):].split("/", 1)[0] for k in self.objects if k.startswith(head)})
+
+    def folders(self, prefix: str) -> list[str]:
+        head = prefix.rstrip("/") + "/"
+        with self._mutex:
+            return sorted({k[len(head):].split("/", 1)[0] for k in self.objects
+                           if k.startswith(head) and "/" in k[len(head):]})
 
     def keys_below(self, prefix: str) -> Iterator[str]:
         head = prefix.rstrip("/") + "/"

@@ -12,9 +12,9 @@ from trimerge.lineage.errors import (
     InvalidOperationError,
     TagNotFoundError,
 )
-from trimerge.lineage.maintenance import CleanupReport, reclaim_key
 from trimerge.lineage.names import MAIN, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.refs import Branch, Tag, now
+from trimerge.lineage.retention import DeletionRecord
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
@@ -49,13 +49,13 @@ class BranchManager:
         return [b.name for b in self.list()]
 
     def create(self, name: str, from_ref: str | None = None) -> Branch:
-        """Create a branch at ``from_ref`` (default: the current branch). Atomic; fails if it exists."""
+        """Create a branch at ``from_ref`` (default: the current branch). Atomic; fails if it exists.
+
+        A branch may start at any commit whose data gc has not reclaimed, including the tip of a
+        deleted branch within the retention period (see :meth:`deleted`)."""
         repo = self.repo
         repo.check_writable()
         validate_branch_name(name)
-        if repo.docs.get(reclaim_key(name)):
-            raise AlreadyExistsError(
-                f"branch name {name!r} was deleted but its storage is not reclaimed yet; run 'trimerge cleanup' first")
         source = repo.current_branch if from_ref is None else from_ref
         commit = repo.resolve(source)
         repo.check_readable(commit)
@@ -63,13 +63,17 @@ class BranchManager:
         created = repo.refs.create_branch(Branch(name, commit.id, str(ULID()), now(), parent))
         if created is None:
             raise AlreadyExistsError(f"branch {name!r} exists already")
+        try:
+            repo.reclaimed.check([commit.id])  # after the ref exists: see trimerge.lineage.gc
+        except BaseException:
+            repo.refs.delete_branch(name)
+            raise
         return created
 
-    def delete(self, name: str) -> list[str]:
-        """Delete a branch. Refuses the current branch, ``main`` and branches others were created from.
-
-        Its Lance forks are reclaimed best-effort (those no other ref reaches); what is left is
-        reclaimed by :meth:`Repository.cleanup`. Returns the forks still pending."""
+    def delete(self, name: str, *, force: bool = False) -> Branch:
+        """Delete a branch; returns it as it was. Refuses ``main``, the current branch and — unless
+        ``force`` — a branch whose tip no other branch or tag reaches (its commits would become
+        unreachable). Its data stays readable until gc runs after the retention period."""
         repo = self.repo
         repo.check_writable()
         self.get(name)
@@ -77,32 +81,29 @@ class BranchManager:
             raise InvalidOperationError("cannot delete 'main'")
         if name == repo.current_branch:
             raise InvalidOperationError(f"cannot delete {name!r}: it is the current branch (switch first)")
-        children = [b.name for b in self.list() if b.parent == name]
-        if children:
-            raise InvalidOperationError(
-                f"cannot delete {name!r}: branches were created from it: {', '.join(sorted(children))}")
         lease = repo.lock_branch(name, f"delete branch {name}")
         try:
             branch = self.get(name)
-            owned = {(tv.dataset, tv.lance_branch) for tv in repo.commit(branch.commit_id).tables.values()
-                     if tv.owner == branch.id}
+            if not force and not self._reached_elsewhere(branch):
+                raise InvalidOperationError(
+                    f"branch {name!r} is not fully merged: no other branch or tag reaches its tip "
+                    f"{branch.commit_id[:10]}; delete it anyway with force=True ('trimerge branch delete -D {name}')")
+            # The record first: gc reads refs before records, so the tip is always rooted somewhere.
+            repo.deletions.record("branch", name, branch.commit_id, now())
             repo.refs.delete_branch(name)
         finally:
             lease.release()
-        if not owned:
-            return []
-        report = CleanupReport()
-        try:
-            wanted = repo.maintenance.referenced_locations(repo.maintenance.reachable_commits())
-            repo.maintenance.reclaim_forks(wanted, {d for d, _ in owned}, report)
-        except Exception:  # best effort: cleanup finishes the job
-            report.pending.extend(f"{d}:{f}" for d, f in owned)
-        pending = [p for p in report.pending if tuple(p.split(":", 1)) in owned]
-        if pending:
-            key = reclaim_key(name)
-            found = repo.docs.read(key)
-            repo.docs.write(key, {"branch": name, "forks": pending}, found.version if found else None)
-        return pending
+        return branch
+
+    def _reached_elsewhere(self, branch: Branch) -> bool:
+        repo = self.repo
+        others = [b.commit_id for b in self.list() if b.name != branch.name] + [t.commit_id for t in repo.tags.list()]
+        return any(tip == branch.commit_id or repo.is_ancestor(branch.commit_id, tip) for tip in others)
+
+    def deleted(self) -> list[DeletionRecord]:
+        """Branches deleted within the retention period gc last honoured, newest first."""
+        records = [r for r in self.repo.deletions.records() if r.kind == "branch"]
+        return sorted(records, key=lambda r: r.deleted_at, reverse=True)
 
 
 class TagManager:
@@ -138,6 +139,7 @@ class TagManager:
         if not repo.refs.create_tag(tag):
             raise AlreadyExistsError(f"tag {name!r} exists already")
         try:
+            repo.reclaimed.check([commit.id])  # after the ref exists: see trimerge.lineage.gc
             self.pin(tag)
         except BaseException:
             repo.refs.delete_tag(name)
@@ -153,9 +155,10 @@ class TagManager:
         repo = self.repo
         repo.check_writable()
         tag = self.get(name)
+        repo.deletions.record("tag", name, tag.commit_id, now())
         repo.refs.delete_tag(name)
         for tv in repo.commit(tag.commit_id).tables.values():
             try:
                 repo.table_store.unpin(tv.dataset, f"t-{name}")
-            except Exception:  # an orphan pin is removed by cleanup
+            except Exception:  # an orphan pin is removed by gc
                 pass

@@ -94,6 +94,15 @@ class Location:
     def join(self, *parts: str) -> str:
         return "/".join([self.uri.rstrip("/"), *parts])
 
+    def ancestors(self) -> list["Location"]:
+        """The enclosing folders (prefixes in the bucket), nearest first."""
+        if self.is_local:
+            return [Location(str(p), "file", {}) for p in Path(self.uri).parents]
+        head, _, rest = self.uri.partition("://")
+        parts = rest.split("/")
+        return [Location(f"{head}://{'/'.join(parts[:n])}", self.scheme, self.storage_options)
+                for n in range(len(parts) - 1, 0, -1)]
+
     def same_place(self, other: str | os.PathLike) -> bool:
         try:
             return Location.parse(other, self.storage_options or None).uri == self.uri

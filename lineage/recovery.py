@@ -47,7 +47,7 @@ class _Unusable(Exception):
     """An intent document that cannot be acted on."""
 
 
-def _parse_intent(doc: Any) -> dict[str, Any]:
+def parse_intent(doc: Any) -> dict[str, Any]:
     try:
         if not all(isinstance(doc[k], str) for k in ("ulid", "branch", "lock_token")):
             raise _Unusable("not an intent")
@@ -72,7 +72,7 @@ class Recovery:
                 doc = docs.get(key)
                 if doc is None:
                     continue  # finished meanwhile
-                yield key, _parse_intent(doc)
+                yield key, parse_intent(doc)
             except (CorruptRepositoryError, _Unusable):
                 self._quarantine(key)
                 report.quarantined.append(key)

@@ -10,14 +10,15 @@ Layout of a repository (a local directory or a prefix in a bucket)::
     _trimerge/locks/<name>.lock               one lease per branch; __schema_apply_lock__ for schema changes
     _trimerge/intents/<ulid>.json             what an in-flight write intends (for recovery)
     _trimerge/quarantine/                     unparsable intents, kept for inspection
-    _trimerge/reclaim/<name>.json             forks of deleted branches still to reclaim
+    _trimerge/deleted/<ulid>.json             deleted branches and tags, kept by gc for the retention period
+    _trimerge/gc/reclaimed.json               commits gc condemned (being reclaimed, or reclaimed)
     tables/<table>-<ulid>/                    one Lance dataset per table lineage, stable row ids
 
 This class is a facade: storage lives in :mod:`~trimerge.lineage.backends` and
 :mod:`~trimerge.lineage.documents`, commits in :mod:`~trimerge.lineage.commits`, refs and
 publishing in :mod:`~trimerge.lineage.refs`, Lance data in :mod:`~trimerge.lineage.tablestore`,
 writes in :mod:`~trimerge.lineage.transaction`, repairs in :mod:`~trimerge.lineage.recovery` and
-cleanup in :mod:`~trimerge.lineage.maintenance`.
+garbage collection in :mod:`~trimerge.lineage.gc` (integrity checks in :mod:`~trimerge.lineage.fsck`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import getpass
 import os
 import socket
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import lance
 import pyarrow as pa
@@ -43,6 +44,7 @@ from trimerge.lineage.commits import CommitStore
 from trimerge.lineage.documents import Documents
 from trimerge.lineage.errors import (
     AlreadyExistsError,
+    CorruptRepositoryError,
     DataReclaimedError,
     InvalidOperationError,
     PrimaryKeyError,
@@ -51,7 +53,9 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.location import META_DIR, Location
-from trimerge.lineage.maintenance import CleanupReport, Maintenance
+from trimerge.lineage.fsck import FsckReport, check_repository
+from trimerge.lineage.gc import Collector, GcReport
+from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.names import MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
 from trimerge.lineage.refexpr import resolve as resolve_expr
@@ -61,7 +65,11 @@ from trimerge.lineage.transaction import Transaction
 
 REPO_DOC = "repo.json"
 
-__all__ = ["Branch", "CleanupReport", "Ref", "Repository", "RecoveryReport", "Tag", "Transaction"]
+#: How long gc keeps the commits of a deleted branch or tag (git keeps unreachable objects 2 weeks).
+DEFAULT_RETENTION = timedelta(days=7)
+CleanupReport = GcReport  # the name before gc had a retention period
+
+__all__ = ["Branch", "CleanupReport", "FsckReport", "GcReport", "Ref", "Repository", "RecoveryReport", "Tag", "Transaction"]
 
 
 def default_actor() -> str:
@@ -119,7 +127,8 @@ class Repository:
         self.branches = BranchManager(self)
         self.tags = TagManager(self)
         self.recovery = Recovery(self)
-        self.maintenance = Maintenance(self)
+        self.deletions = DeletionLog(self.docs)
+        self.reclaimed = ReclaimedCommits(self.docs)
         self.last_recovery = RecoveryReport()
         self._released_leases: dict[str, Any] = {}
 
@@ -129,14 +138,10 @@ class Repository:
              storage_options: Mapping[str, str] | None = None) -> "Repository":
         """Create a repository with a root commit on ``main`` ("Repository created")."""
         location = Location.parse(uri, storage_options)
+        repo = cls(location)
+        _refuse_to_init(repo)
         if location.is_local:
             location.path.mkdir(parents=True, exist_ok=True)
-        repo = cls(location)
-        if repo.docs.read(REPO_DOC) is not None:
-            raise AlreadyExistsError(f"a trimerge repository exists already at {location.uri}")
-        # Leftovers of an init that died before writing repo.json: nothing was ever committed on them.
-        for folder in ("commits", "refs", "locks", "intents"):
-            repo.docs.backend.delete_tree(folder)
         created = now()
         root = repo.commits.build(parents=(), actor=actor or default_actor(), created_at=created,
                                   message="Repository created", metadata={}, branch=MAIN, tables={})
@@ -159,6 +164,10 @@ class Repository:
         if not isinstance(doc, dict):
             if not location.is_local:
                 probe.backend.children("")  # a missing bucket or bad credentials say so, not "no repository"
+            if probe.backend.children(""):
+                raise CorruptRepositoryError(
+                    f"{location.join(META_DIR, REPO_DOC)} is missing but {META_DIR}/ holds data: an interrupted "
+                    f"init or a damaged repository; do not run init over it (check it, or restore {REPO_DOC})")
             raise RepositoryNotFoundError(f"no trimerge repository at {location.uri} (create one with 'trimerge init')")
         recorded = doc.get("location")
         moved_from = recorded if recorded and recorded != location.uri else None
@@ -475,12 +484,43 @@ class Repository:
         self.last_recovery = self.recovery.recover_all()
         return self.last_recovery
 
-    def cleanup(self) -> CleanupReport:
-        """Reclaim what no branch, tag or reachable commit needs: forks of deleted branches, datasets of
-        failed or unreachable writes, orphaned pins and temporary files. Every reachable commit stays readable."""
+    def gc(self, retention: timedelta = DEFAULT_RETENTION, *,
+           warn: Callable[[str], None] | None = None) -> GcReport:
+        """Reclaim what nothing keeps: data of commits no branch or tag reaches (once the branch or
+        tag that reached them was deleted more than ``retention`` ago), Lance versions and files no
+        kept commit names (aborted writes, a transaction's intermediate versions), pins of deleted
+        tags and stale temporary files. Safe beside writers in other processes (see
+        :mod:`trimerge.lineage.gc`); one gc runs at a time. ``warn`` hears about entries under
+        ``tables/`` that trimerge did not create (they are left alone)."""
         self.check_writable()
+        if not isinstance(retention, timedelta) or retention < timedelta(0):
+            raise InvalidOperationError(f"retention must be a non-negative timedelta, not {retention!r}")
         self.recover()
-        return self.maintenance.cleanup()
+        return Collector(self, retention, warn=warn).run()
+
+    def cleanup(self, retention: timedelta = DEFAULT_RETENTION, **kwargs: Any) -> GcReport:
+        """Alias of :meth:`gc`."""
+        return self.gc(retention, **kwargs)
+
+    def fsck(self) -> FsckReport:
+        """Check every commit, ref, recovery note and reachable table version; never writes."""
+        return check_repository(self)
+
+
+def _refuse_to_init(repo: Repository) -> None:
+    """``init`` never writes over anything: an existing or half-made repository, or one around it."""
+    location = repo.location
+    if repo.docs.read(REPO_DOC, damaged_as_none=True) is not None:
+        raise AlreadyExistsError(f"a trimerge repository exists already at {location.uri}")
+    if repo.docs.backend.children(""):
+        raise AlreadyExistsError(
+            f"{location.join(META_DIR)} exists already (an interrupted init or a damaged repository); "
+            f"init refuses to write over it: check it, and remove {META_DIR}/ yourself only if it holds nothing")
+    for outer in location.ancestors():
+        probe = Documents(outer.backend(META_DIR), outer.join(META_DIR))
+        if probe.backend.get(REPO_DOC) is not None:
+            raise InvalidOperationError(f"{location.uri} lies inside the trimerge repository at {outer.uri}; "
+                                        "create the new repository somewhere else")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ from trimerge.lineage.errors import CorruptRepositoryError, DataReclaimedError, 
 from trimerge.lineage.location import TABLES_DIR, Location
 
 _SAFE_COMPONENT = re.compile(r"^[^/\\\x00]+$")
+#: ``<table>-<ulid>``: the only folders under ``tables/`` that gc may remove.
+DATASET_NAME = re.compile(r"^.+-[0-9a-hjkmnp-tv-z]{26}$")
+#: ``f-<ulid>``: the only Lance branches gc may remove.
+FORK_NAME = re.compile(r"^f-[0-9a-hjkmnp-tv-z]{26}$")
 
 
 def _check_component(name: str, what: str) -> str:
@@ -117,12 +121,48 @@ class TableStore:
     def datasets(self) -> list[str]:
         return self.files.children("")
 
+    def dataset_folders(self) -> tuple[list[str], list[str]]:
+        """(datasets trimerge created, everything else under ``tables/``): a dataset of ours is a
+        real folder named ``<table>-<ulid>``; files, symlinks and other names are strays."""
+        folders = set(self.files.folders(""))
+        ours = [n for n in self.files.children("") if n in folders and DATASET_NAME.match(n)]
+        return ours, sorted(set(self.files.children("")) - set(ours))
+
+    def versions(self, dataset: str, lance_branch: str) -> tuple[list[int], int]:
+        """(every version of a Lance branch, its latest)."""
+        ds = self.open(dataset, lance_branch, None)
+        return [int(v["version"]) for v in ds.versions()], ds.version
+
+    def remove_versions(self, dataset: str, lance_branch: str, versions: list[int]) -> tuple[int, int]:
+        """Remove these versions of a Lance branch and the files only they use; (versions, bytes) removed.
+        Lance keeps the latest version, tagged versions and the versions other forks start from."""
+        stats = self.open(dataset, lance_branch, None).cleanup_old_versions(
+            versions=sorted(versions), error_if_tagged_old_versions=False)
+        return int(stats.old_versions), int(stats.bytes_removed)
+
     def remove(self, dataset: str) -> None:
         self.files.delete_tree(_check_component(dataset, "dataset"))
 
     def size(self, dataset: str, fork: str | None = None) -> int:
         folder = _check_component(dataset, "dataset")
         return self.files.tree_size(folder if fork is None else f"{folder}/tree/{fork}")
+
+    def data_files(self, tv: TableVersion) -> list[str]:
+        """Keys (below ``tables/``) of every data file ``tv``'s manifest names; raises when a file
+        lives outside the repository's ``tables/``."""
+        ds = self.open_version(tv)
+        root = self.location.join(TABLES_DIR).rstrip("/") + "/"
+        bases = {k: str(b.path) for k, b in ds.base_paths().items()}
+        own = self.branch_folder(tv)
+        keys = []
+        for fragment in ds.get_fragments():
+            for f in fragment.metadata.files:
+                folder = own if f.base_id is None else bases.get(f.base_id, "?")
+                uri = _as_uri(folder, self.location)
+                if not uri.startswith(root):
+                    raise CorruptRepositoryError(f"data file {f.path} lies outside the repository ({folder})")
+                keys.append(f"{uri[len(root):]}/data/{f.path}")
+        return keys
 
     def branch_folder(self, tv: TableVersion) -> str:
         """URI of the folder where a Lance branch's own files live."""
@@ -166,3 +206,11 @@ class TableStore:
 
     def pins(self, dataset: str) -> list[str]:
         return list(self.dataset(dataset).tags.list())
+
+
+def _as_uri(folder: str, location: Location) -> str:
+    """Lance may report an object-store base path without its scheme; spell it as the location does."""
+    scheme = location.uri.split("://", 1)[0] + "://" if "://" in location.uri else ""
+    if scheme and "://" not in folder:
+        return scheme + folder.lstrip("/")
+    return folder

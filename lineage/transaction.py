@@ -63,6 +63,7 @@ class Transaction:
         self._touched: dict[tuple[str, str], dict[str, Any]] = {}
         self._ops: list[str] = []
         self._extra_parents: list[str] = []
+        self._refers: list[str] = []  # existing commits whose data this write reuses (gc keeps them)
         self._heads: dict[str, lance.LanceDataset | None] = {}  # the dataset object each write left
 
     # -- lifecycle
@@ -106,7 +107,7 @@ class Transaction:
         doc = {
             "ulid": self.ulid, "branch": self.branch_name, "lock_token": self._lock.token,
             "base": self._base.id, "actor": self.actor, "message": self.message or "",
-            "touched": list(self._touched.values()),
+            "touched": list(self._touched.values()), "refers": list(self._refers),
         }
         if commit is not None:
             doc["commit"] = commit.to_json()
@@ -386,7 +387,18 @@ class Transaction:
     def add_parent(self, commit_id: str) -> None:
         """Make the published commit a merge commit with this extra parent."""
         self._extra_parents.append(commit_id)
+        self.refer(commit_id)
         self._ops.append(f"parent {commit_id[:10]}")
+
+    def refer(self, commit_id: str) -> None:
+        """Declare that this write reuses data of ``commit_id`` (a commit the branch may not reach,
+        e.g. a cherry-picked one): gc keeps it while the write is in flight, and the publish is
+        refused if gc has condemned it."""
+        self._require_open()
+        if commit_id not in self._refers:
+            self._refers.append(commit_id)
+            if self._touched:
+                self._save_intent()
 
     # -- end
     def publish(self) -> Commit | None:
@@ -404,6 +416,7 @@ class Transaction:
             )
             # The planned commit in the intent and the commit object: both before the branch moves.
             repo.docs.together(lambda: self._save_intent(commit), lambda: repo.commits.put(commit))
+            repo.reclaimed.check(self._refers)  # after the intent names them: see trimerge.lineage.gc
             crashpoint("before_publish")
             publish(repo.commits, repo.refs, self._branch, commit, stored=True)
             crashpoint("after_publish")

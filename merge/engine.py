@@ -699,12 +699,14 @@ def _restore_columns(repo: Repository, tx: Any, name: str, plan: _TablePlan) -> 
 
 
 def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_tip: Commit,
-             extra_parents: Sequence[str], actor: str | None, message: str, metadata: Mapping[str, str] | None) -> Commit:
+             extra_parents: Sequence[str], refers: Sequence[str], actor: str | None, message: str, metadata: Mapping[str, str] | None) -> Commit:
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
     tx.begin()
     try:
         if tx.base.id != dest_tip.id:
             raise ConcurrentWriteError(f"branch {dest!r} moved while merging; refresh and retry")
+        for commit_id in refers:
+            tx.refer(commit_id)
         for name, plan in sorted(plans.items()):
             if plan.drop:
                 tx.drop_table(name)
@@ -772,7 +774,9 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
             "merge.base": ",".join(b.id for b in bases), "merge.granularity": granularity,
             **({"merge.strategy": json.dumps(strategy) if not isinstance(strategy, str) else strategy} if strategy else {}),
             **(metadata or {})}
-    result.commit = _publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], actor, message, meta)
+    refers = [c.id for c in (theirs, base) if c is not None]  # the source and base data it may reuse
+    result.commit = _publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
+                             message, meta)
     if result.commit is None:
         result.status = "up-to-date"
     return result

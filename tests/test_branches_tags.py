@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import lance
@@ -21,6 +22,8 @@ from trimerge.lineage.errors import (
 from trimerge.lineage.names import SCHEMA_LOCK_BRANCH
 
 from conftest import AIRLINES, T, all_lance_branches, as_map, lance_branches, lance_tags, rows
+
+NOW = timedelta(0)  # gc with no retention
 
 
 def no_forks_anywhere(repo) -> bool:
@@ -154,11 +157,12 @@ def test_fork_kept_by_a_tag_is_reclaimed_once_the_tag_goes(seeded):
     seeded.upsert("airlines", T(carrier=["B1"], name=["b"]), branch="b")
     seeded.tags.create("keep", ref="b")
     seeded.upsert("airlines", T(carrier=["B2"], name=["b"]), branch="b")
-    seeded.branches.delete("b")
+    seeded.branches.delete("b", force=True)
+    seeded.gc(retention=NOW)
     assert len(lance_branches(seeded, "airlines")) == 1
     assert set(as_map(seeded.read("airlines", ref="keep"), "carrier", "name")) == {"AA", "UA", "DL", "B1"}
     seeded.tags.delete("keep")
-    seeded.cleanup()
+    seeded.gc(retention=NOW)
     assert no_forks_anywhere(seeded)
     assert lance_tags(seeded, "airlines") == []
 
@@ -208,31 +212,54 @@ def test_delete_refusals(seeded):
     with pytest.raises(InvalidOperationError):
         seeded.branches.delete("dev")
     seeded.switch("main")
-    seeded.branches.create("child", from_ref="dev")
-    with pytest.raises(InvalidOperationError) as exc:
-        seeded.branches.delete("dev")
-    assert "child" in str(exc.value)
     with pytest.raises(BranchNotFoundError):
         seeded.branches.delete("nope")
-    # Once its children are gone the parent may go.
+    # Branches created from it do not hold it back (git has no such rule); its tip is on main.
+    seeded.branches.create("child", from_ref="dev")
+    assert seeded.branches.delete("dev").name == "dev"
     seeded.branches.delete("child")
-    seeded.branches.delete("dev")
     assert seeded.branches.names() == ["main"]
 
 
-def test_delete_reclaims_forks_no_other_ref_reaches(seeded):
+def test_delete_of_an_unmerged_branch_needs_force(seeded):
+    seeded.branches.create("feat")
+    tip = seeded.upsert("airlines", T(carrier=["F1"], name=["f"]), branch="feat")
+    with pytest.raises(InvalidOperationError) as exc:
+        seeded.branches.delete("feat")
+    assert "force=True" in str(exc.value) and "-D feat" in str(exc.value)
+    assert seeded.branches.exists("feat")
+    # Reached from a tag or another branch: no force needed.
+    seeded.tags.create("keep", ref="feat")
+    assert seeded.branches.delete("feat").commit_id == tip.id
+    seeded.branches.create("feat", from_ref="keep")
+    seeded.upsert("airlines", T(carrier=["F2"], name=["f"]), branch="feat")
+    seeded.branches.create("other", from_ref="feat")
+    seeded.branches.delete("feat")  # 'other' reaches its tip
+    seeded.upsert("airlines", T(carrier=["F3"], name=["f"]), branch="other")
+    assert seeded.branches.delete("other", force=True).name == "other"
+
+
+def test_deleted_branch_stays_readable_until_gc_passes_the_retention(seeded):
     seeded.branches.create("tmp")
     seeded.upsert("airlines", T(carrier=["T1"], name=["t"]), branch="tmp")
-    seeded.delete("airports", "true", branch="tmp")
+    tip = seeded.delete("airports", "true", branch="tmp")
     assert len(lance_branches(seeded, "airlines", "tmp")) == 1
-    assert len(lance_branches(seeded, "airports", "tmp")) == 1
-    assert seeded.branches.delete("tmp") == []  # nothing pending
+    seeded.branches.delete("tmp", force=True)
     assert "tmp" not in seeded.branches.names()
     with pytest.raises(RefNotFoundError):
         seeded.resolve("tmp")
-    assert no_forks_anywhere(seeded)  # reclaimed by the delete itself
-    seeded.cleanup()
+    assert [r.name for r in seeded.branches.deleted()] == ["tmp"]
+    report = seeded.gc()  # default retention: 7 days
+    assert report.commits_reclaimed == [] and report.forks_removed == []
+    assert seeded.read("airlines", ref=tip.id).num_rows == 4
+    # Restorable by its commit id, like git's reflog.
+    seeded.branches.create("tmp", from_ref=tip.id)
+    assert seeded.read("airports", ref="tmp").num_rows == 0
+    seeded.branches.delete("tmp", force=True)
+    report = seeded.gc(retention=NOW)
+    assert tip.id in report.commits_reclaimed
     assert no_forks_anywhere(seeded)
+    assert seeded.branches.deleted() == []
     # Main is untouched.
     assert rows(seeded.read("airlines"), "carrier") == rows(T(**AIRLINES), "carrier")
     assert seeded.read("airports").num_rows == 3
@@ -244,14 +271,14 @@ def test_delete_keeps_forks_another_branch_still_reaches(seeded):
     seeded.branches.create("b", from_ref=c.id)  # from a commit: no parent link
     assert seeded.branches.get("b").parent is None
     seeded.branches.delete("a")
-    seeded.cleanup()
+    seeded.gc(retention=NOW)
     assert len(lance_branches(seeded, "airlines", "b")) == 1
     assert "A1" in as_map(seeded.read("airlines", ref="b"), "carrier", "name")
     seeded.upsert("airlines", T(carrier=["B1"], name=["b"]), branch="b")
     assert {"A1", "B1"} <= set(as_map(seeded.read("airlines", ref="b"), "carrier", "name"))
     assert seeded.read("airlines", ref=c.id).num_rows == 4
-    seeded.branches.delete("b")
-    seeded.cleanup()
+    seeded.branches.delete("b", force=True)
+    seeded.gc(retention=NOW)
     assert no_forks_anywhere(seeded)
 
 
@@ -263,8 +290,8 @@ def test_tagged_data_survives_branch_delete_and_cleanup(seeded):
     seeded.tags.create("keep", ref="feat")
     seeded.upsert("airlines", T(carrier=["F2"], name=["f"]), branch="feat")  # after the tag
     untagged = seeded.resolve("feat")
-    seeded.branches.delete("feat")
-    report = seeded.cleanup()
+    seeded.branches.delete("feat", force=True)
+    report = seeded.gc(retention=NOW)
     assert isinstance(report.to_json(), dict)
     again = trimerge.Repository.open(seeded.uri)
     assert set(as_map(again.read("airlines", ref="keep"), "carrier", "name")) == {"AA", "UA", "DL", "F1"}
@@ -285,8 +312,8 @@ def test_deleted_untagged_table_dataset_is_reclaimed(seeded):
     seeded.create_table("planes", T(tailnum=["N1"]), primary_key="tailnum", branch="feat")
     ds = seeded.table_version("planes", "feat").dataset
     assert (Path(seeded.uri) / "tables" / ds).exists()
-    seeded.branches.delete("feat")
-    report = seeded.cleanup()
+    seeded.branches.delete("feat", force=True)
+    report = seeded.gc(retention=NOW)
     assert ds in report.datasets_removed
     assert not (Path(seeded.uri) / "tables" / ds).exists()
     assert seeded.tables() == ["airlines", "airports"]
@@ -299,8 +326,8 @@ def test_cleanup_keeps_every_reachable_commit_readable(seeded):
     seeded.drop_table("airports")
     before = {c.id: {t: seeded.read(t, ref=c.id).num_rows for t in c.tables}
               for b in ("main", "a") for c in seeded.log(b)}
-    seeded.cleanup()
-    seeded.cleanup()  # idempotent
+    seeded.gc(retention=NOW)
+    seeded.gc(retention=NOW)  # idempotent
     after = {c.id: {t: seeded.read(t, ref=c.id).num_rows for t in c.tables}
              for b in ("main", "a") for c in seeded.log(b)}
     assert after == before
@@ -380,8 +407,8 @@ def reclaimed(seeded):
     seeded.branches.create("feat")
     seeded.create_table("planes", T(tailnum=["N1"]), primary_key="tailnum", branch="feat")
     c = seeded.upsert("airlines", T(carrier=["F1"], name=["f"]), branch="feat")
-    seeded.branches.delete("feat")
-    seeded.cleanup()
+    seeded.branches.delete("feat", force=True)
+    seeded.gc(retention=NOW)
     return seeded, c
 
 
@@ -398,9 +425,12 @@ def test_reading_reclaimed_data_is_a_typed_error(reclaimed):
 
 
 def test_tagging_reclaimed_data_is_a_typed_error(reclaimed):
+    from trimerge.lineage.errors import DataReclaimedError
+
     repo, c = reclaimed
-    with pytest.raises(trimerge.TrimergeError):
+    with pytest.raises(DataReclaimedError):
         repo.tags.create("late", ref=c.id)
+    assert repo.tags.list() == []
 
 
 def test_writing_on_top_of_reclaimed_data_is_a_typed_error(reclaimed):
@@ -408,6 +438,7 @@ def test_writing_on_top_of_reclaimed_data_is_a_typed_error(reclaimed):
     with pytest.raises(trimerge.TrimergeError):
         repo.branches.create("again", from_ref=c.id)
         repo.upsert("airlines", T(carrier=["G1"], name=["g"]), branch="again")
+    assert not repo.branches.exists("again")
 
 
 def test_tag_pins_the_tagged_version_even_over_an_orphan_pin(seeded):
@@ -427,10 +458,10 @@ def test_cleanup_during_a_transaction_keeps_its_writes(seeded):
     with seeded.transaction(branch="b") as tx:
         tx.create_table("planes", T(tailnum=["N1", "N2"]), primary_key="tailnum")
         tx.upsert("airlines", T(carrier=["B1"], name=["b"]))
-        report = other.cleanup()
+        report = other.gc(retention=NOW)
         assert report.datasets_removed == [] and report.forks_removed == []
     assert seeded.read("planes", ref="b").num_rows == 2
     assert seeded.read("airlines", ref="b").num_rows == 4
-    other.cleanup()
+    other.gc(retention=NOW)
     assert seeded.read("planes", ref="b").num_rows == 2
     assert seeded.read("airlines", ref="b").num_rows == 4

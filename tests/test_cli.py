@@ -166,7 +166,8 @@ def test_branch_create_list_delete_and_switch(R, cli):
     assert cli("-C", R, "branch", "list", "--json", ok=True).json()[1]["current"] is True
     assert_one_line_error(cli("-C", R, "branch", "delete", "fix-names"))  # current branch
     assert cli("-C", R, "--json", "switch", "main", ok=True).json()["branch"] == "main"
-    doc = cli("-C", R, "branch", "delete", "fix-names", "--json", ok=True).json()
+    assert_one_line_error(cli("-C", R, "branch", "delete", "fix-names"))  # not merged anywhere
+    doc = cli("-C", R, "branch", "delete", "-D", "fix-names", "--json", ok=True).json()
     assert doc["deleted"] == "fix-names"
     assert [b["name"] for b in cli("-C", R, "branch", "list", "--json", ok=True).json()] == ["main", "old"]
     assert_one_line_error(cli("-C", R, "branch", "delete", "main"))
@@ -300,15 +301,26 @@ def test_merge_base(H, cli):
     assert_one_line_error(cli("-C", H, "merge-base", "--is-ancestor", "main", "feat", "side"))
 
 
-def test_cleanup(R, cli):
+def test_gc_and_its_cleanup_alias(R, cli):
     cli("-C", R, "branch", "create", "tmp", ok=True)
     cli("-C", R, "load", "airlines", AIRLINES_UPDATE_CSV, "--mode", "upsert", "-b", "tmp", ok=True)
-    cli("-C", R, "branch", "delete", "tmp", ok=True)
-    doc = cli("-C", R, "cleanup", "--json", ok=True).json()
-    assert set(doc) >= {"datasets_removed", "forks_removed", "lance_tags_removed", "bytes_freed", "pending"}
-    assert doc["pending"] == []
-    assert "Removed" in cli("-C", R, "cleanup", ok=True).stdout
+    tip = open_repo(R).resolve("tmp").id
+    cli("-C", R, "branch", "delete", "-D", "tmp", ok=True)
+    listed = cli("-C", R, "branch", "list", "--deleted", "--json", ok=True).json()
+    assert [(d["name"], d["commit"]) for d in listed] == [("tmp", tip)]
+    doc = cli("-C", R, "gc", "--json", ok=True).json()  # 7 days: the deleted branch is kept
+    assert set(doc) >= {"datasets_removed", "forks_removed", "lance_tags_removed", "bytes_freed", "pending",
+                        "commits_reclaimed", "versions_removed"}
+    assert doc["commits_reclaimed"] == [] and doc["forks_removed"] == []
+    doc = cli("-C", R, "cleanup", "--retention", "now", "--json", ok=True).json()
+    assert doc["commits_reclaimed"] == [tip] and len(doc["forks_removed"]) == 1
+    assert "Reclaimed 0 commit(s)" in cli("-C", R, "gc", "--retention", "12h", ok=True).stdout
+    for bad in ("7x", "-1d", "soon", "nand"):
+        assert_one_line_error(cli("-C", R, "gc", "--retention", bad))
     assert open_repo(R).read("airlines").num_rows == 5
+    res = cli("-C", R, "fsck", ok=True)
+    assert res.stdout.strip().endswith("ok")
+    assert cli("-C", R, "fsck", "--json", ok=True).json()["problems"] == []
 
 
 def test_demo(tmp_path, cli):

@@ -1073,7 +1073,7 @@ def test_publish_with_a_stale_dest_tip_raises_and_leaves_no_trace(tmp_path):
     upsert(repo, DST, id=[2], a=[20], b=["x2"])
     tip = repo.resolve(DST)
     with pytest.raises(ConcurrentWriteError):
-        merge_engine._publish(repo, {}, DST, stale, [repo.resolve(SRC).id], "x", "m", {})
+        merge_engine._publish(repo, {}, DST, stale, [repo.resolve(SRC).id], [], "x", "m", {})
     assert repo.resolve(DST).id == tip.id
     upsert(repo, DST, id=[3], a=[30], b=["x3"])  # the branch is not left locked
 

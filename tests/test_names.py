@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import re
 import shutil
 import tempfile
@@ -237,11 +239,11 @@ def test_every_accepted_branch_name_works_end_to_end(names):
             assert repo.resolve(name).id == repo.branches.get(name).commit_id
         assert sorted(repo.branches.names()) == sorted(["main", *created])
         for name in created:
-            repo.branches.delete(name)
+            repo.branches.delete(name, force=True)
             assert name not in repo.branches.names()
         assert repo.read("t", ref="main").num_rows == 1
         # Every fork belonged to a deleted branch and nothing else reaches them.
-        repo.cleanup()
+        repo.gc(retention=timedelta(0))
         assert lance_branches(repo, "t") == []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -294,6 +296,6 @@ def test_longest_single_segment_name_can_be_created(repo):
     repo.branches.create(name)
     repo.upsert("t", T(k=[2]), branch=name)
     assert repo.read("t", ref=name).num_rows == 2
-    repo.branches.delete(name)
+    repo.branches.delete(name, force=True)
     repo.tags.create("v" * 200)
     assert repo.resolve("v" * 200) == repo.resolve("main")

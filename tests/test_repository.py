@@ -14,6 +14,7 @@ import trimerge
 from trimerge.lineage.commit import Commit, TableVersion, digest
 from trimerge.lineage.errors import (
     AlreadyExistsError,
+    CorruptRepositoryError,
     BranchNotFoundError,
     InvalidNameError,
     InvalidOperationError,
@@ -60,15 +61,30 @@ def test_init_twice_fails(tmp_path):
         trimerge.Repository.init(tmp_path / "r")
 
 
-def test_init_over_an_interrupted_init_has_one_root(tmp_path):
+def test_init_never_writes_over_an_existing_or_half_made_repository(tmp_path):
     import os
 
-    trimerge.Repository.init(tmp_path / "r")
-    os.remove(tmp_path / "r" / "_trimerge" / "repo.json")  # init died before its last step
     repo = trimerge.Repository.init(tmp_path / "r")
-    assert len(roots(repo)) == 1
-    root_in_marker = json.loads((tmp_path / "r" / "_trimerge" / "repo.json").read_text())["root"]
-    assert repo.resolve("main").id == root_in_marker
+    repo.create_table("t", T(k=[1]), primary_key="k")
+    with pytest.raises(AlreadyExistsError):
+        trimerge.Repository.init(tmp_path / "r")
+    os.remove(tmp_path / "r" / "_trimerge" / "repo.json")  # init died before its last step, or damage
+    with pytest.raises(CorruptRepositoryError) as exc:
+        trimerge.Repository.open(tmp_path / "r")
+    assert "do not run init" in str(exc.value) and "repo.json" in str(exc.value)
+    with pytest.raises(AlreadyExistsError) as exc:
+        trimerge.Repository.init(tmp_path / "r")
+    assert "_trimerge" in str(exc.value)
+    assert len(list((tmp_path / "r" / "_trimerge" / "commits").rglob("*.json"))) == 2  # history untouched
+
+
+def test_init_refuses_inside_another_repository(tmp_path):
+    trimerge.Repository.init(tmp_path / "outer")
+    for inner in ("inner", "tables/x", "a/b/c"):
+        with pytest.raises(InvalidOperationError) as exc:
+            trimerge.Repository.init(tmp_path / "outer" / inner)
+        assert "inside the trimerge repository" in str(exc.value)
+    trimerge.Repository.init(tmp_path / "beside")  # a sibling is fine
 
 
 def test_open_missing_repository(tmp_path):

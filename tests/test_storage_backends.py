@@ -3,6 +3,8 @@ operations, run once on a local directory and once on the S3 test server (``repo
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import json
 import signal
 
@@ -87,8 +89,10 @@ def test_cleanup_keeps_every_reachable_commit_readable(flights):
     repo.upsert("planes", T(tailnum=["N9"], seats=[9]), branch="tmp")
     repo.branches.create("keep")
     repo.upsert("planes", T(tailnum=["N8"], seats=[8]), branch="keep")
-    repo.branches.delete("tmp")
-    repo.cleanup()
+    repo.branches.delete("tmp", force=True)
+    report = repo.gc(retention=timedelta(0))
+    assert len(report.forks_removed) == 1 and len(report.commits_reclaimed) == 1
+    assert repo.fsck().problems == []
     for c in repo.log("keep"):
         for t in c.tables:
             repo.read(t, c.id)

@@ -377,10 +377,17 @@ def branch_create(obj: Context, name: str, from_ref: str | None) -> None:
 
 
 @branch.command("list")
+@click.option("--deleted", is_flag=True, help="Deleted branches whose data gc still keeps (to re-create one).")
 @common
-def branch_list(obj: Context) -> None:
-    """List branches (the current one is marked *)."""
+def branch_list(obj: Context, deleted: bool) -> None:
+    """List branches (the current one is marked *); --deleted: branches gc still keeps."""
     repo = obj.repo()
+    if deleted:
+        gone = [{"name": r.name, "commit": r.commit_id, "deleted_at": r.deleted_at.isoformat()}
+                for r in repo.branches.deleted()]
+        emit(obj, gone, lambda: [click.echo(f"  {r['name']}\t{repo.short_id(r['commit'])}\tdeleted {r['deleted_at']}")
+                                 for r in gone])
+        return
     current = repo.current_branch
     rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent}
             for b in repo.branches.list()]
@@ -390,13 +397,14 @@ def branch_list(obj: Context) -> None:
 
 @branch.command("delete")
 @click.argument("name")
+@click.option("-D", "--force", is_flag=True, help="Delete even if no other branch or tag reaches its tip.")
 @common
-def branch_delete(obj: Context, name: str) -> None:
-    """Delete branch NAME (its storage is reclaimed; leftovers by 'trimerge cleanup')."""
+def branch_delete(obj: Context, name: str, force: bool) -> None:
+    """Delete branch NAME. Its data stays until 'trimerge gc' runs after the retention period."""
     repo = obj.repo()
-    pending = repo.branches.delete(name)
-    emit(obj, {"deleted": name, "pending_reclaim": pending},
-         f"Deleted branch {name}" + (f" ({len(pending)} fork(s) left for 'trimerge cleanup')" if pending else ""))
+    branch = repo.branches.delete(name, force=force)
+    emit(obj, {"deleted": name, "commit": branch.commit_id},
+         f"Deleted branch {name} (was {repo.short_id(branch.commit_id)})")
 
 
 @cli.command()
@@ -962,16 +970,47 @@ def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_r
     _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor)
 
 
+def _gc(obj: Context, retention: str) -> None:
+    from trimerge.lineage.gc import parse_retention
+
+    repo = obj.repo()
+    report = repo.gc(parse_retention(retention), warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+    emit(obj, report.to_json(),
+         f"Reclaimed {len(report.commits_reclaimed)} commit(s): removed {len(report.datasets_removed)} dataset(s), "
+         f"{len(report.forks_removed)} fork(s), {report.versions_removed} old version(s), "
+         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s); "
+         f"freed {report.bytes_freed:,} bytes" + (f"; {len(report.pending)} fork(s) pending" if report.pending else ""))
+
+
+RETENTION_HELP = "Keep data of branches and tags deleted less than this ago: 7d, 12h, 30m, or 'now'."
+
+
+@cli.command("gc")
+@click.option("--retention", default="7d", show_default=True, help=RETENTION_HELP)
+@common
+def gc_cmd(obj: Context, retention: str) -> None:
+    """Reclaim storage nothing keeps (safe beside running writers)."""
+    _gc(obj, retention)
+
+
+@cli.command()
+@click.option("--retention", default="7d", show_default=True, help=RETENTION_HELP)
+@common
+def cleanup(obj: Context, retention: str) -> None:
+    """Alias of 'gc'."""
+    _gc(obj, retention)
+
+
 @cli.command()
 @common
-def cleanup(obj: Context) -> None:
-    """Reclaim storage no branch, tag or reachable commit needs."""
-    repo = obj.repo()
-    report = repo.cleanup()
-    emit(obj, report.to_json(),
-         f"Removed {len(report.datasets_removed)} dataset(s), {len(report.forks_removed)} fork(s), "
-         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s); "
-         f"freed {report.bytes_freed:,} bytes" + (f"; {len(report.pending)} still pending" if report.pending else ""))
+def fsck(obj: Context) -> None:
+    """Check commits, refs, recovery notes and reachable table data (exit 1 on problems)."""
+    report = obj.open(read_only=True).fsck()
+    emit(obj, report.to_json(), lambda: [click.echo(f"problem: {p}") for p in report.problems] + [click.echo(
+        f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s): "
+        + ("ok" if report.ok else f"{len(report.problems)} problem(s)"))])
+    if not report.ok:
+        sys.exit(EXIT_NO)
 
 
 if __name__ == "__main__":

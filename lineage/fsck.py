@@ -1,0 +1,151 @@
+"""fsck: check a repository without writing to it.
+
+What is checked: every stored commit (parses, and its id is the digest of its content), every
+branch, tag and HEAD document (parses, names an existing commit), every recovery note (parses; a
+quarantined one is reported), the deletion and gc records, and every table version a branch or tag
+reaches (the manifest opens, its path stays inside ``tables/``, and every data file it names exists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trimerge.lineage import graph as graphalg
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.errors import TrimergeError
+from trimerge.lineage.recovery import INTENTS, QUARANTINE, parse_intent
+
+if TYPE_CHECKING:
+    from trimerge.lineage.repository import Repository
+
+
+@dataclass
+class FsckReport:
+    """What :meth:`Repository.fsck` checked and the problems it found (empty: all is well)."""
+
+    commits: int = 0
+    refs: int = 0
+    table_versions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "ok": self.ok}
+
+
+def _problem(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, TrimergeError) else f"{type(exc).__name__}: {exc}"
+
+
+def check_repository(repo: "Repository") -> FsckReport:
+    report = FsckReport()
+    good_commits = _check_commits(repo, report)
+    tips = _check_refs(repo, report, good_commits)
+    _check_notes(repo, report)
+    _check_tables(repo, report, [t for t in tips if t in good_commits])
+    return report
+
+
+def _check_commits(repo: "Repository", report: FsckReport) -> set[str]:
+    good = set()
+    for cid in repo.commits.all_ids():
+        report.commits += 1
+        try:
+            repo.commits.get(cid)
+            good.add(cid)
+        except Exception as exc:  # each bad commit is one problem; the others are still checked
+            report.problems.append(f"commit {cid}: {_problem(exc)}")
+    return good
+
+
+def _check_refs(repo: "Repository", report: FsckReport, good_commits: set[str]) -> list[str]:
+    tips = []
+    refs = repo.refs
+    checks = [(f"branch {n}", lambda n=n: refs.branch(n)) for n in refs.branch_names(include_internal=True)]
+    checks += [(f"tag {n}", lambda n=n: refs.tag(n)) for n in refs.tag_names()]
+    for what, read in checks:
+        report.refs += 1
+        try:
+            ref = read()
+        except Exception as exc:
+            report.problems.append(f"{what}: {_problem(exc)}")
+            continue
+        if ref is None:
+            continue  # deleted while checking
+        if ref.commit_id not in good_commits:
+            state = "is damaged" if repo.commits.exists(ref.commit_id) else "does not exist"
+            report.problems.append(f"{what}: its commit {ref.commit_id} {state}")
+        else:
+            tips.append(ref.commit_id)
+    try:
+        head = refs.head()
+        if refs.branch(head) is None:
+            report.problems.append(f"HEAD names branch {head!r}, which does not exist")
+    except Exception as exc:
+        report.problems.append(f"HEAD: {_problem(exc)}")
+    for record in _safely(report, "deletion records", repo.deletions.records) or []:
+        if record.commit_id not in good_commits:
+            report.problems.append(f"deletion record {record.key}: commit {record.commit_id} is missing or damaged")
+    _safely(report, "gc record", repo.reclaimed.read)
+    return tips
+
+
+def _safely(report: FsckReport, what: str, call: Any) -> Any:
+    try:
+        return call()
+    except Exception as exc:
+        report.problems.append(f"{what}: {_problem(exc)}")
+        return None
+
+
+def _check_notes(repo: "Repository", report: FsckReport) -> None:
+    docs = repo.docs
+    for key in docs.list(INTENTS):
+        try:
+            doc = docs.get(key)
+            if doc is not None:
+                parse_intent(doc)
+        except Exception as exc:
+            report.problems.append(f"recovery note {key}: {_problem(exc)}")
+    for key in docs.backend.keys_below(QUARANTINE):
+        report.problems.append(f"recovery note {key}: quarantined (could not be parsed); inspect and delete it")
+
+
+def _check_tables(repo: "Repository", report: FsckReport, tips: list[str]) -> None:
+    seen: set[tuple[str, str, int]] = set()
+    store = repo.table_store
+    listings: dict[str, set[str]] = {}
+    for cid in graphalg.iter_history(repo.commits, tips) if tips else []:
+        try:
+            tables = repo.commit(cid).tables
+        except Exception:
+            continue  # reported with the commits
+        for name, tv in sorted(tables.items()):
+            key = (tv.dataset, tv.lance_branch, tv.version)
+            if key in seen:
+                continue
+            seen.add(key)
+            report.table_versions += 1
+            try:
+                missing = [f for f in store.data_files(tv) if f not in _listing(store, f, listings)]
+            except Exception as exc:
+                report.problems.append(f"table {name} at commit {cid[:10]} ({_where(tv)}): {_problem(exc)}")
+                continue
+            if missing:
+                report.problems.append(f"table {name} at commit {cid[:10]} ({_where(tv)}): {len(missing)} data "
+                                       f"file(s) missing, e.g. tables/{missing[0]}")
+
+
+def _listing(store: Any, key: str, cache: dict[str, set[str]]) -> set[str]:
+    folder = key.rsplit("/", 1)[0]
+    if folder not in cache:
+        cache[folder] = set(store.files.keys_below(folder))
+    return cache[folder]
+
+
+def _where(tv: TableVersion) -> str:
+    return f"{tv.dataset} {tv.lance_branch} v{tv.version}"
