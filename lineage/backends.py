@@ -294,7 +294,10 @@ class ObjectStoreBackend:
         import obstore
 
         with self._errors("cannot list", prefix):
-            return obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
+            listing = obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
+        # Some stores (SeaweedFS) list a folder as an empty object named like the folder itself.
+        listing["objects"] = [o for o in listing["objects"] if o["path"].rstrip("/") != prefix.rstrip("/")]
+        return listing
 
     def list(self, prefix: str) -> list[str]:
         return sorted(o["path"] for o in self._listing(prefix)["objects"])

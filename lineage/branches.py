@@ -12,6 +12,7 @@ from trimerge.lineage.errors import (
     InvalidOperationError,
     TagNotFoundError,
 )
+from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.names import MAIN, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.refs import Branch, Tag, now
 from trimerge.lineage.retention import DeletionRecord
@@ -60,9 +61,11 @@ class BranchManager:
         commit = repo.resolve(source)
         repo.check_readable(commit)
         parent = source if self.exists(source) else None
+        crashpoint("branch_resolved")
         created = repo.refs.create_branch(Branch(name, commit.id, str(ULID()), now(), parent))
         if created is None:
             raise AlreadyExistsError(f"branch {name!r} exists already")
+        crashpoint("branch_ref_created")
         try:
             repo.reclaimed.check([commit.id])  # after the ref exists: see trimerge.lineage.gc
         except BaseException:
@@ -136,8 +139,10 @@ class TagManager:
         repo.check_readable(commit)
         tag = Tag(name, commit.id, now(), actor or repo.default_actor(), message)
         # Claim the name atomically first, so racing creators cannot touch each other's pins.
+        crashpoint("tag_resolved")
         if not repo.refs.create_tag(tag):
             raise AlreadyExistsError(f"tag {name!r} exists already")
+        crashpoint("tag_ref_created")
         try:
             repo.reclaimed.check([commit.id])  # after the ref exists: see trimerge.lineage.gc
             self.pin(tag)

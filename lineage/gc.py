@@ -208,6 +208,7 @@ class Collector:
                 starts += list(commit.parents)
                 for tv in commit.tables.values():
                     roots.keep(tv)
+        crashpoint("gc_intents_read")
         branches = repo.branches.list(include_internal=True)
         tags = repo.tags.list()
         starts += [b.commit_id for b in branches] + [t.commit_id for t in tags]
@@ -241,9 +242,11 @@ class Collector:
         report = self.report
         for name in candidates.datasets:
             if not wanted.wants_dataset(name):
-                report.bytes_freed += store.size(name)
+                size = store.size(name)
                 store.remove(name)
-                report.datasets_removed.append(name)
+                if size:  # an empty folder some stores keep listing is not worth a line
+                    report.bytes_freed += size
+                    report.datasets_removed.append(name)
                 self.lease.renew_if_due()
         kept = [n for n in candidates.datasets if wanted.wants_dataset(n)]
         for name in kept:

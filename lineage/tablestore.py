@@ -92,7 +92,7 @@ class TableStore:
         folder = _check_component(tv.dataset, "dataset")
         if tv.lance_branch != "main":
             folder = f"{folder}/tree/{_check_component(tv.lance_branch, 'Lance branch')}"
-        return bool(self.files.children(f"{folder}/_versions"))
+        return bool(self.files.list(f"{folder}/_versions"))  # objects: some stores list empty folders
 
     def create(self, dataset: str, table: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
         return lance.write_dataset(table, self.uri(dataset), schema=schema, enable_stable_row_ids=True,

@@ -416,6 +416,7 @@ class Transaction:
             )
             # The planned commit in the intent and the commit object: both before the branch moves.
             repo.docs.together(lambda: self._save_intent(commit), lambda: repo.commits.put(commit))
+            crashpoint("intent_planned")
             repo.reclaimed.check(self._refers)  # after the intent names them: see trimerge.lineage.gc
             crashpoint("before_publish")
             publish(repo.commits, repo.refs, self._branch, commit, stored=True)
