@@ -325,6 +325,19 @@ def _older_than(ulid_text: str, seconds: float) -> bool:
     return time.time() - created > seconds
 
 
+def as_retention(value: object) -> timedelta:
+    """A retention period from a ``timedelta``, a number of seconds, or text (:func:`parse_retention`)."""
+    from trimerge.lineage.errors import InvalidOperationError
+
+    if isinstance(value, str):
+        return parse_retention(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1e12:
+        return timedelta(seconds=value)
+    if isinstance(value, timedelta) and value >= timedelta(0):
+        return value
+    raise InvalidOperationError(f"retention must be a non-negative timedelta, seconds or text like '7d', not {value!r}")
+
+
 def parse_retention(text: str) -> timedelta:
     """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or ``now`` (no retention)."""
     from trimerge.lineage.errors import InvalidOperationError

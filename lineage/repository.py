@@ -54,7 +54,7 @@ from trimerge.lineage.errors import (
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.location import META_DIR, Location
 from trimerge.lineage.fsck import FsckReport, check_repository
-from trimerge.lineage.gc import Collector, GcReport
+from trimerge.lineage.gc import Collector, GcReport, as_retention
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.names import MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
@@ -484,21 +484,20 @@ class Repository:
         self.last_recovery = self.recovery.recover_all()
         return self.last_recovery
 
-    def gc(self, retention: timedelta = DEFAULT_RETENTION, *,
+    def gc(self, retention: timedelta | float | str = DEFAULT_RETENTION, *,
            warn: Callable[[str], None] | None = None) -> GcReport:
         """Reclaim what nothing keeps: data of commits no branch or tag reaches (once the branch or
         tag that reached them was deleted more than ``retention`` ago), Lance versions and files no
         kept commit names (aborted writes, a transaction's intermediate versions), pins of deleted
-        tags and stale temporary files. Safe beside writers in other processes (see
+        tags and stale temporary files. ``retention`` is a ``timedelta``, seconds, or text such as
+        ``"7d"``, ``"12h"`` or ``"now"``. Safe beside writers in other processes (see
         :mod:`trimerge.lineage.gc`); one gc runs at a time. ``warn`` hears about entries under
         ``tables/`` that trimerge did not create (they are left alone)."""
         self.check_writable()
-        if not isinstance(retention, timedelta) or retention < timedelta(0):
-            raise InvalidOperationError(f"retention must be a non-negative timedelta, not {retention!r}")
         self.recover()
-        return Collector(self, retention, warn=warn).run()
+        return Collector(self, as_retention(retention), warn=warn).run()
 
-    def cleanup(self, retention: timedelta = DEFAULT_RETENTION, **kwargs: Any) -> GcReport:
+    def cleanup(self, retention: timedelta | float | str = DEFAULT_RETENTION, **kwargs: Any) -> GcReport:
         """Alias of :meth:`gc`."""
         return self.gc(retention, **kwargs)
 
