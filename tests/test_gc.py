@@ -43,13 +43,17 @@ def history(repo_uri):
     """main with a table; branch 'gone' (a fork, a new table, two commits) force-deleted; its tip."""
     uri, options = repo_uri
     repo = trimerge.Repository.init(uri, storage_options=options)
+    return repo, _deleted_branch(repo)
+
+
+def _deleted_branch(repo: trimerge.Repository):
     repo.create_table("t", T(k=[1, 2], v=["a", "b"]), primary_key="k")
     repo.branches.create("gone")
     repo.upsert("t", T(k=[3], v=["gone"]), branch="gone")
     repo.create_table("extra", T(k=[1]), primary_key="k", branch="gone")
     tip = repo.resolve("gone")
     repo.branches.delete("gone", force=True)
-    return repo, tip
+    return tip
 
 
 def other(repo: trimerge.Repository) -> trimerge.Repository:
@@ -233,12 +237,7 @@ def _run_interleaved(repo, tip, point, action, gc_first: bool):
 @pytest.mark.parametrize("step", GC_STEPS)
 @pytest.mark.parametrize("action", ACTIONS)
 def test_any_action_at_any_step_of_gc_loses_nothing_a_ref_reaches(repo, step, action):
-    repo.create_table("t", T(k=[1, 2], v=["a", "b"]), primary_key="k")
-    repo.branches.create("gone")
-    repo.upsert("t", T(k=[3], v=["gone"]), branch="gone")
-    repo.create_table("extra", T(k=[1]), primary_key="k", branch="gone")
-    tip = repo.resolve("gone")
-    repo.branches.delete("gone", force=True)
+    tip = _deleted_branch(repo)
     outcome = _run_interleaved(repo, tip, step, _actions(repo, tip)[action], gc_first=True)
     assert len(outcome) == 1, "the action ran"
     if outcome[0] != "ok":
