@@ -28,6 +28,7 @@ Backends:
 from __future__ import annotations
 
 import fcntl
+import errno
 import hashlib
 import os
 import shutil
@@ -95,10 +96,14 @@ class LocalBackend:
     def get(self, key: str) -> Stored | None:
         try:
             data = self._path(key).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
-        except IsADirectoryError:
+        except (ValueError, UnicodeEncodeError):  # NUL or a lone surrogate: no file can have that name
             return None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # longer than a file name can be: it cannot exist
+                return None
+            raise
         return Stored(data, content_version(data))
 
     def _write_temp(self, target: Path, data: bytes) -> str:

@@ -84,19 +84,29 @@ class BranchManager:
             raise InvalidOperationError("cannot delete 'main'")
         if name == repo.current_branch:
             raise InvalidOperationError(f"cannot delete {name!r}: it is the current branch (switch first)")
+        if not force:
+            self._check_merged(self.get(name))  # before the lease: a refusal writes nothing
         lease = repo.lock_branch(name, f"delete branch {name}")
         try:
             branch = self.get(name)
-            if not force and not self._reached_elsewhere(branch):
-                raise InvalidOperationError(
-                    f"branch {name!r} is not fully merged: no other branch or tag reaches its tip "
-                    f"{branch.commit_id[:10]}; delete it anyway with force=True ('trimerge branch delete -D {name}')")
+            if not force:
+                self._check_merged(branch)
+        except BaseException:
+            lease.release(untouched=True)
+            raise
+        try:
             # The record first: gc reads refs before records, so the tip is always rooted somewhere.
             repo.deletions.record("branch", name, branch.commit_id, now())
             repo.refs.delete_branch(name)
         finally:
             lease.release()
         return branch
+
+    def _check_merged(self, branch: Branch) -> None:
+        if not self._reached_elsewhere(branch):
+            raise InvalidOperationError(
+                f"branch {branch.name!r} is not fully merged: no other branch or tag reaches its tip "
+                f"{branch.commit_id[:10]}; delete it anyway with force=True ('trimerge branch delete -D {branch.name}')")
 
     def _reached_elsewhere(self, branch: Branch) -> bool:
         repo = self.repo

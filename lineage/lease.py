@@ -20,7 +20,7 @@ from typing import Callable
 
 from ulid import ULID
 
-from trimerge.lineage.documents import Documents
+from trimerge.lineage.documents import NONCE, Documents, dumps
 from trimerge.lineage.errors import ConcurrentWriteError
 
 HOSTNAME = socket.gethostname()
@@ -88,6 +88,8 @@ class Lease:
         self.seconds = LEASE_SECONDS if seconds is None else seconds
         self.mine = Holder.new(purpose, self.seconds)
         self._version: object | None = None
+        self._before: bytes | None = None  # the released lease this one replaced, to put back untouched
+        self._created = False  # this holder created the lease document
         self.held = False
 
     @property
@@ -98,24 +100,35 @@ class Lease:
         found = self.docs.read(self.key, damaged_as_none=True)
         return None if found is None else Holder.from_json(found.doc)
 
+    def _swap(self, doc: dict, expected: object) -> object | None:
+        return self.docs.backend.swap(self.key, self._bytes(doc), expected)
+
+    @staticmethod
+    def _bytes(doc: dict) -> bytes:
+        return dumps({**doc, NONCE: str(ULID())})
+
     def try_acquire(self, on_dead_holder: Callable[[Holder | None], None] | None = None) -> bool:
         """Take the lease if it is free, released or held by a dead holder; never waits."""
         hint = self.released_versions.pop(self.key, None)
         if hint is not None:
-            self._version = self.docs.swap(self.key, self.mine.to_json(), hint)
+            hint_version, hint_bytes = hint
+            self._version = self._swap(self.mine.to_json(), hint_version)
             if self._version is not None:  # still exactly as this process released it
-                self.held = True
+                self.held, self._before, self._created = True, hint_bytes, False
                 return True
-        found = self.docs.read(self.key, damaged_as_none=True)
+        stored = self.docs.backend.get(self.key)
+        found = None if stored is None else self.docs.read(self.key, damaged_as_none=True)
         current = None if found is None else Holder.from_json(found.doc)
-        if found is None:
-            self._version = self.docs.create(self.key, self.mine.to_json())
+        if stored is None:
+            self._version = self.docs.backend.create(self.key, self._bytes(self.mine.to_json()))
         elif current is not None and not current.released and not current.is_dead():
             return False
         else:
-            self._version = self.docs.swap(self.key, self.mine.to_json(), found.version)
+            self._version = self._swap(self.mine.to_json(), stored.version)
         self.held = self._version is not None
-        if self.held and found is not None and on_dead_holder is not None and (current is None or not current.released):
+        self._before = stored.data if stored is not None and current is not None and current.released else None
+        self._created = stored is None
+        if self.held and stored is not None and on_dead_holder is not None and (current is None or not current.released):
             try:
                 on_dead_holder(current)
             except BaseException:
@@ -148,12 +161,24 @@ class Lease:
             raise ConcurrentWriteError(f"lost the lease {self.key} (it expired and another writer took it); retry")
         self.mine, self._version = renewed, version
 
-    def release(self) -> None:
-        """Mark the lease free; a lease taken over meanwhile is left to its new holder."""
+    def release(self, *, untouched: bool = False) -> None:
+        """Mark the lease free; a lease taken over meanwhile is left to its new holder.
+
+        ``untouched``: the holder changed nothing, so the lease goes back to exactly the bytes it
+        had (or away, if it was new), and a rejected call leaves the repository byte-for-byte as it
+        was. Putting back the same released state is safe: it means what it meant before."""
         if not self.held:
             return
         self.held = False
-        freed = Holder(**{**self.mine.to_json(), "released": True})
-        version = self.docs.swap(self.key, freed.to_json(), self._version)
+        if untouched and self._before is not None:
+            version = self.docs.backend.swap(self.key, self._before, self._version)
+            if version is not None:
+                self.released_versions[self.key] = (version, self._before)
+            return
+        if untouched and self._created and self.mine.expires_at - time.time() > self.seconds / 2:
+            self.docs.backend.delete(self.key)  # created by this holder moments ago, still far from expiry
+            return
+        data = self._bytes(Holder(**{**self.mine.to_json(), "released": True}).to_json())
+        version = self.docs.backend.swap(self.key, data, self._version)
         if version is not None:
-            self.released_versions[self.key] = version
+            self.released_versions[self.key] = (version, data)

@@ -117,3 +117,54 @@ def is_branch_name(name: object) -> bool:
     except InvalidNameError:
         return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------- columns
+#: Names Lance gives its own columns; a user column with one of them could never be read back.
+RESERVED_COLUMNS = frozenset({"_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version",
+                              "_row_last_updated_at_version", "_distance", "_score", "_relevance_score"})
+MAX_COLUMN_BYTES = 256
+
+
+def validate_column_name(name: object) -> str:
+    """Return ``name`` if it can be a column name, else raise :class:`InvalidNameError`.
+
+    Rules: a non-empty string of at most 256 UTF-8 bytes, valid Unicode, no control characters, no
+    backtick (it quotes names in filters) and no '.' (it separates nested fields), and none of
+    Lance's own names (``_rowid``, ``_rowaddr``, anything starting with ``_row``…)."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"column name must be a string, not {type(name).__name__}")
+    shown = _shown(name)
+    if name == "":
+        raise InvalidNameError("invalid column name '': a column name cannot be empty")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidNameError(f"invalid column name {shown}: not valid Unicode") from None
+    if size > MAX_COLUMN_BYTES:
+        raise InvalidNameError(f"invalid column name {shown}: longer than {MAX_COLUMN_BYTES} bytes")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidNameError(f"invalid column name {shown}: control characters are not allowed")
+    if "`" in name or "." in name:
+        raise InvalidNameError(f"invalid column name {shown}: '`' and '.' are not allowed")
+    if name in RESERVED_COLUMNS or name.startswith("_row"):
+        raise InvalidNameError(f"invalid column name {shown}: reserved by Lance")
+    return name
+
+
+def validate_column_names(names: "list[str] | tuple[str, ...]") -> None:
+    """Every name valid, and no two equal ignoring case (SQL filters do not tell them apart)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        validate_column_name(name)
+        if name.lower() in seen:
+            other = seen[name.lower()]
+            if other == name:
+                raise InvalidNameError(f"duplicate column name {_shown(name)}")
+            raise InvalidNameError(f"column names {_shown(other)} and {_shown(name)} differ only in case")
+        seen[name.lower()] = name
+
+
+def _shown(name: str) -> str:
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "..."

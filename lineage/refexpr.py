@@ -110,8 +110,13 @@ def parse_ref_expr(text: str) -> RefExpr:
     control characters and ``^ ~ : ? * [ \\``. Raises :class:`RefSyntaxError` naming the
     offending position (0-based).
     """
-    if not text:
-        raise RefSyntaxError("invalid ref expression '': empty")
+    if not isinstance(text, str) or not text:
+        raise RefSyntaxError("invalid ref expression '': empty" if text == "" else
+                             f"a ref expression must be text, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RefSyntaxError(f"invalid ref expression {text!r}: not valid Unicode") from None
     cut = len(text)
     for i, ch in enumerate(text):
         if ch in _STEP_CHARS:

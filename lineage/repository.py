@@ -53,6 +53,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.location import META_DIR, Location
+from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
@@ -323,6 +324,14 @@ class Repository:
         """Read a table at any ref (branch, tag, commit id or prefix, expression, or an address)."""
         table, ref = self._split_address(table, ref)
         ds = self.dataset(table, ref)
+        if columns is not None:
+            columns = [columns] if isinstance(columns, str) else list(columns)
+            unknown = [c for c in columns if c not in ds.schema.names]
+            if unknown:
+                raise InvalidOperationError(f"table {table!r} has no column(s) {', '.join(map(repr, unknown))} "
+                                            f"(columns: {', '.join(ds.schema.names)})")
+        if isinstance(filter, str):
+            plan_filter(ds, check_filter(filter), f"read {table}")
         try:
             return ds.to_table(columns=list(columns) if columns else None, filter=filter)
         except (OSError, ValueError) as exc:
@@ -338,8 +347,11 @@ class Repository:
         return self.table_version(table, ref).primary_key
 
     @staticmethod
-    def _key_filter(primary_key: Sequence[str], key: Any) -> pc.Expression:
+    def _key_values(primary_key: Sequence[str], key: Any) -> list[Any]:
         if isinstance(key, Mapping):
+            missing = [k for k in primary_key if k not in key]
+            if missing:
+                raise PrimaryKeyError(f"key {key!r} lacks the key column(s) {missing}")
             values = [key[k] for k in primary_key]
         elif isinstance(key, (tuple, list)):
             values = list(key)
@@ -347,10 +359,20 @@ class Repository:
             values = [key]
         if len(values) != len(primary_key):
             raise PrimaryKeyError(f"key {key!r} does not match the primary key {list(primary_key)}")
-        return tbl.key_filter(primary_key, values)
+        return values
 
     def _row_at(self, tv: TableVersion, key: Any) -> dict[str, Any] | None:
-        rows = self.open_table_version(tv).to_table(filter=self._key_filter(tv.primary_key, key)).to_pylist()
+        ds = self.open_table_version(tv)
+        values = self._key_values(tv.primary_key, key)
+        try:  # the key must be a value of the key columns' types (not just something Lance may coerce)
+            typed = [pa.array([v]).cast(ds.schema.field(c).type, safe=True)[0].as_py() if v is not None else None
+                     for c, v in zip(tv.primary_key, values)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            types = ", ".join(f"{c}: {ds.schema.field(c).type}" for c in tv.primary_key)
+            raise PrimaryKeyError(f"key {key!r} does not match the key column types ({types})") from None
+        if any(v is None for v in typed):
+            raise PrimaryKeyError(f"key {key!r}: key values cannot be null")
+        rows = ds.to_table(filter=tbl.key_filter(tv.primary_key, typed)).to_pylist()
         return rows[0] if rows else None
 
     def entity(self, table: str, key: Any, ref: str | None = None) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.lineage.errors import PrimaryKeyError, SchemaMismatchError
+from trimerge.lineage.names import validate_column_names
 
 PK_METADATA = b"lance-schema:unenforced-primary-key"
 
@@ -46,8 +47,18 @@ def to_arrow(data: Any) -> pa.Table:
         raise SchemaMismatchError(
             f"cannot load data of type {type(data).__name__}: pass a pyarrow.Table or a polars/pandas DataFrame"
         )
+    check_field_names(table.schema)
     schema = pa.schema([f.with_type(plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
     return table.cast(schema) if schema != table.schema else table
+
+
+def check_field_names(fields: "pa.Schema | Sequence[pa.Field]") -> None:
+    """The column-name rules of :func:`~trimerge.lineage.names.validate_column_name`, nested fields included."""
+    fields = list(fields)
+    validate_column_names([f.name for f in fields])
+    for f in fields:
+        if pa.types.is_struct(f.type):
+            check_field_names([f.type.field(i) for i in range(f.type.num_fields)])
 
 
 def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:

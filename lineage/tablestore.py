@@ -169,15 +169,22 @@ class TableStore:
         base = self.uri(tv)
         return base if tv.lance_branch == "main" else f"{base}/tree/{tv.lance_branch}"
 
-    def writable_head(self, tv: TableVersion) -> lance.LanceDataset:
-        """The latest version of an owned Lance branch, rolled back to the committed version if a
-        failed write left other content there (self-healing even when the write's note was lost)."""
+    def clean_head(self, tv: TableVersion) -> lance.LanceDataset | None:
+        """The latest version of an owned Lance branch if it is the committed one (nothing to heal);
+        None otherwise. Reads only, so a write can check its input before its first effect."""
         cached = self._heads.pop((tv.dataset, tv.lance_branch), None)
         if cached is not None and cached.version == tv.version and cached.latest_version == tv.version:
             return cached
         latest = self.open(tv.dataset, tv.lance_branch, None)
-        if latest.version == tv.version:
-            return latest
+        return latest if latest.version == tv.version else None
+
+    def writable_head(self, tv: TableVersion) -> lance.LanceDataset:
+        """The latest version of an owned Lance branch, rolled back to the committed version if a
+        failed write left other content there (self-healing even when the write's note was lost)."""
+        clean = self.clean_head(tv)
+        if clean is not None:
+            return clean
+        latest = self.open(tv.dataset, tv.lance_branch, None)
         committed = self.open(tv.dataset, tv.lance_branch, tv.version)
         if tbl.fragment_signature(latest) != tbl.fragment_signature(committed):
             committed.restore()

