@@ -31,7 +31,7 @@ import pyarrow as pa
 from trimerge.diff.spill import CandidateBuffer, ChangedRows
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
+from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.tables import plain_type
 
@@ -753,11 +753,15 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
                 repo = r.repo
                 break
     exprs = []
+    if a is None:
+        raise RefSyntaxError("diff needs a ref (or a range such as 'main..feature') to compare")
     for r in (a, b):
         if r is None:
             exprs.append(None)
             continue
         r = r.expr if isinstance(r, Ref) else r
+        if not isinstance(r, str):
+            raise RefSyntaxError(f"a ref must be text or a Ref, not {type(r).__name__}")
         if is_address(r):
             addr = parse_address(r)
             if addr.repository is not None and repo is None:

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 
 class TrimergeError(Exception):
-    """Base of all trimerge errors."""
+    """Base of all trimerge errors. The message is always one printable line: user input quoted in
+    it (a value with a newline, a control character) is shown escaped."""
 
     retryable: bool = False
     exit_code: int = 2
+
+    def __str__(self) -> str:
+        return one_line(str(self.args[0]) if self.args else "")
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line (control characters escaped, surrounding space dropped)."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message.strip())
 
 
 class InvalidNameError(TrimergeError, ValueError):
@@ -26,8 +35,7 @@ class RefSyntaxError(TrimergeError, ValueError):
 class NotFoundError(TrimergeError, KeyError):
     """Something named does not exist."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+    __str__ = TrimergeError.__str__  # not KeyError's, which would quote the message
 
 
 class RefNotFoundError(NotFoundError):

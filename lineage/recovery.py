@@ -159,16 +159,17 @@ class Recovery:
         return True
 
     def undo_writes(self, touched: Iterable[Mapping[str, Any]], tip: Commit) -> list[str]:
-        """Make every Lance branch a failed write touched agree with ``tip`` again; drop what it created."""
+        """Make every Lance branch a failed write touched agree with ``tip`` again; drop what it created.
+        Returns what had to be undone (empty: the write failed before changing anything)."""
         store = self.repo.table_store
         at_tip = {(tv.dataset, tv.lance_branch): tv for tv in tip.tables.values()}
         undone = []
         for item in touched:
             key = (item["dataset"], item["lance_branch"])
             if key in at_tip:
-                if store.has_data(at_tip[key]):
+                if store.has_data(at_tip[key]) and store.clean_head(at_tip[key]) is None:
                     store.writable_head(at_tip[key])
-                undone.append(f"restored {key[0]}@{key[1]} v{at_tip[key].version}")
+                    undone.append(f"restored {key[0]}@{key[1]} v{at_tip[key].version}")
             elif item.get("created_dataset"):
                 store.remove(key[0])
                 undone.append(f"removed new dataset {key[0]}")

@@ -36,6 +36,17 @@ def encode_name(name: str) -> str:
     return quote(name, safe="")
 
 
+def _storable(name: object) -> bool:
+    """Whether ``name`` could be a stored ref at all (text, valid Unicode, no NUL); others do not exist."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -105,7 +116,7 @@ class RefStore:
     # -- branches
     def branch(self, name: str) -> Branch | None:
         """The branch document (with its version), internal branches included."""
-        if not isinstance(name, str):
+        if not _storable(name):
             return None
         return self._parsed(self.branch_key(name), lambda f: Branch.from_json(f.doc, f.version))
 
@@ -129,7 +140,7 @@ class RefStore:
 
     # -- tags
     def tag(self, name: str) -> Tag | None:
-        if not isinstance(name, str) or "/" in name:
+        if not _storable(name) or "/" in name:
             return None
         return self._parsed(self.tag_key(name), lambda f: Tag.from_json(f.doc))
 

@@ -469,14 +469,14 @@ class Repository:
     def add_columns(self, table: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *,
                     branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:
         """Add nullable columns (existing rows get nulls)."""
-        names = [f.name for f in ([fields] if isinstance(fields, pa.Field) else fields)]
+        names = [tbl.field_name(f) if isinstance(f, pa.Field) else str(f) for f in _listed(fields, single=pa.Field)]
         return self._write("add_columns", f"Add column(s) {', '.join(names)} to {table}", table, fields,
                            branch=branch, actor=actor, message=message)
 
     def drop_columns(self, table: str, columns: Sequence[str], *, branch: str | None = None,
                      actor: str | None = None, message: str | None = None) -> Commit:
         """Drop non-key columns."""
-        return self._write("drop_columns", f"Drop column(s) {', '.join(columns)} from {table}", table, columns,
+        return self._write("drop_columns", f"Drop column(s) {', '.join(map(str, _listed(columns)))} from {table}", table, columns,
                            branch=branch, actor=actor, message=message)
 
     def alter_column(self, table: str, column: str, data_type: pa.DataType, *, branch: str | None = None,
@@ -526,6 +526,13 @@ class Repository:
     def fsck(self) -> FsckReport:
         """Check every commit, ref, recovery note and reachable table version; never writes."""
         return check_repository(self)
+
+
+def _listed(value: Any, single: type = str) -> list[Any]:
+    """``value`` as a list for a default commit message (whatever it is: checking it is the writer's job)."""
+    if isinstance(value, single):
+        return [str(value)] if single is str else [value]
+    return list(value) if isinstance(value, (list, tuple, pa.Schema)) else []
 
 
 def _refuse_to_init(repo: Repository) -> None:

@@ -33,29 +33,45 @@ def plain_type(t: pa.DataType) -> pa.DataType:
 
 def to_arrow(data: Any) -> pa.Table:
     """Accept a pyarrow Table/RecordBatch, a polars DataFrame, a pandas DataFrame or a dict of columns."""
-    if isinstance(data, pa.Table):
-        table = data
-    elif isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif hasattr(data, "to_arrow") and type(data).__module__.startswith("polars"):
-        table = data.to_arrow()
-    elif type(data).__module__.startswith("pandas"):
-        table = pa.Table.from_pandas(data, preserve_index=False)
-    elif isinstance(data, dict):
-        table = pa.table(data)
-    else:
-        raise SchemaMismatchError(
-            f"cannot load data of type {type(data).__name__}: pass a pyarrow.Table or a polars/pandas DataFrame"
-        )
+    try:
+        if isinstance(data, pa.Table):
+            table = data
+        elif isinstance(data, pa.RecordBatch):
+            table = pa.Table.from_batches([data])
+        elif hasattr(data, "to_arrow") and type(data).__module__.startswith("polars"):
+            table = data.to_arrow()
+        elif type(data).__module__.startswith("pandas"):
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        elif isinstance(data, dict):
+            table = pa.table(data)
+        else:
+            raise SchemaMismatchError(
+                f"cannot load data of type {type(data).__name__}: pass a pyarrow.Table or a polars/pandas DataFrame"
+            )
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise SchemaMismatchError(f"cannot convert the data to a table: {str(exc).splitlines()[0][:200]}") from None
     check_field_names(table.schema)
     schema = pa.schema([f.with_type(plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
-    return table.cast(schema) if schema != table.schema else table
+    try:
+        return table.cast(schema) if schema != table.schema else table
+    except pa.ArrowException as exc:
+        raise SchemaMismatchError(f"cannot convert the data: {str(exc).splitlines()[0][:200]}") from None
+
+
+def field_name(f: pa.Field) -> str:
+    """A field's name; pyarrow accepts names that are not UTF-8 but cannot give them back."""
+    try:
+        return f.name
+    except UnicodeDecodeError:
+        from trimerge.lineage.errors import InvalidNameError
+
+        raise InvalidNameError("invalid column name: not valid UTF-8") from None
 
 
 def check_field_names(fields: "pa.Schema | Sequence[pa.Field]") -> None:
     """The column-name rules of :func:`~trimerge.lineage.names.validate_column_name`, nested fields included."""
     fields = list(fields)
-    validate_column_names([f.name for f in fields])
+    validate_column_names([field_name(f) for f in fields])
     for f in fields:
         if pa.types.is_struct(f.type):
             check_field_names([f.type.field(i) for i in range(f.type.num_fields)])

@@ -340,7 +340,7 @@ class Transaction:
     def add_columns(self, name: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> None:
         """Add nullable columns, filled with nulls."""
         self._require_open()
-        fields = [fields] if isinstance(fields, pa.Field) else list(fields)
+        fields = [fields] if isinstance(fields, pa.Field) else list(fields) if isinstance(fields, (list, tuple, pa.Schema)) else []
         if not fields or not all(isinstance(f, pa.Field) for f in fields):
             raise SchemaMismatchError("add_columns takes pyarrow fields (pa.field(name, type)), at least one")
         tbl.check_field_names(fields)
@@ -363,7 +363,9 @@ class Transaction:
         self._require_open()
         tv = self._table(name)
         schema = self.repo.table_store.open_version(tv).schema
-        columns = [columns] if isinstance(columns, str) else list(columns)
+        columns = [columns] if isinstance(columns, str) else list(columns) if isinstance(columns, (list, tuple)) else []
+        if not columns or not all(isinstance(c, str) for c in columns):
+            raise SchemaMismatchError(f"drop columns from {name}: name at least one column, as text")
         for c in columns:
             if c not in schema.names:
                 raise SchemaMismatchError(f"table {name!r} has no column {c!r}")
@@ -461,11 +463,12 @@ class Transaction:
         if self._lock is None or not self._lock.held:
             return
         repo = self.repo
-        untouched = self._intent_version is None and not self._touched
+        untouched = False
         try:
-            repo.recovery.undo_writes(self._touched.values(), self._base)
+            undone = repo.recovery.undo_writes(self._touched.values(), self._base)
             if self._intent_version is not None:
                 repo.docs.delete(intent_key(self.ulid))
+            untouched = not undone  # the write failed before its first change: leave no trace at all
         finally:
             self._release(untouched=untouched)
 

@@ -38,6 +38,7 @@ from trimerge.lineage.errors import (
     ConcurrentWriteError,
     InvalidOperationError,
     ReadOnlyRefError,
+    RefSyntaxError,
     TrimergeError,
 )
 from trimerge.lineage.repository import Ref, Repository
@@ -657,8 +658,11 @@ def _resolve_inputs(source: Any, dest: Any, repo: Repository | None) -> tuple[Re
             repo = r.repo
     if repo is None:
         raise InvalidOperationError("merge needs repo=... or refs that carry their repository (repo.ref(...))")
-    src = source.expr if isinstance(source, Ref) else str(source)
-    dst = dest.expr if isinstance(dest, Ref) else str(dest)
+    src = source.expr if isinstance(source, Ref) else source
+    dst = dest.expr if isinstance(dest, Ref) else dest
+    for r in (src, dst):
+        if not isinstance(r, str):
+            raise RefSyntaxError(f"a ref must be text or a Ref, not {type(r).__name__}")
     if not repo.branches.exists(dst):
         if repo.tags.get_or_none(dst):
             raise ReadOnlyRefError(f"merge destination {dst!r} is a tag; merge into a branch")

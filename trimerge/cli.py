@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from trimerge.lineage.errors import TrimergeError
+from trimerge.lineage.errors import TrimergeError, one_line
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_PIPE = 141  # killed by SIGPIPE, as git is when its reader goes away
@@ -90,7 +90,7 @@ def emit(obj: Context, data: Any, text: str | Callable[[], None] | None = None) 
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -104,10 +104,10 @@ class TrimergeGroup(click.Group):
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.UsageError as exc:
             path = exc.ctx.command_path if exc.ctx is not None else "trimerge"
-            click.echo(f"error: {exc.format_message()} (see '{path} --help')", err=True)
+            click.echo(f"error: {one_line(exc.format_message())} (see '{path} --help')", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except click.exceptions.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
+            click.echo(f"error: {one_line(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             click.echo("aborted", err=True)
@@ -120,7 +120,7 @@ class TrimergeGroup(click.Group):
         except TrimergeError as exc:
             if os.environ.get("TRIMERGE_DEBUG"):
                 raise
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            msg = one_line(str(exc)) if str(exc).strip() else type(exc).__name__
             click.echo(f"error: {msg}" + (" (retry)" if exc.retryable and "retry" not in msg else ""), err=True)
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
@@ -134,7 +134,7 @@ class TrimergeGroup(click.Group):
             if exc.errno not in ENVIRONMENT_ERRORS or os.environ.get("TRIMERGE_DEBUG"):
                 raise
             where = f" ({exc.filename})" if exc.filename else ""
-            click.echo(f"error: {ENVIRONMENT_ERRORS[exc.errno]}{where}: {exc.strerror or exc}", err=True)
+            click.echo(f"error: {one_line(f'{ENVIRONMENT_ERRORS[exc.errno]}{where}: {exc.strerror or exc}')}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
             if os.environ.get("TRIMERGE_DEBUG"):
