@@ -20,7 +20,7 @@ from typing import Any
 
 from trimerge.lineage.errors import InvalidOperationError
 
-MAX_FILTER_CHARS = 10_000
+MAX_FILTER_CHARS = 1_000_000
 MAX_FILTER_DEPTH = 32
 MAX_FILTER_TERMS = 256
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -239,6 +239,8 @@ class Repository:
     def iter_log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
                  limit: int | None = None, since: datetime | None = None,
                  until: datetime | None = None) -> Iterator[Commit]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidOperationError(f"limit must be a non-negative whole number, not {limit!r}")
         start = self.resolve(self.default_ref(ref))
         n = 0
         for cid in graphalg.iter_history(self.commits, start.id, first_parent=first_parent):
