@@ -19,6 +19,14 @@ class TrimergeError(Exception):
         return one_line(str(self.args[0]) if self.args else "")
 
 
+def lance_message(exc: BaseException) -> str:
+    """The first line of a Lance/Arrow error without Lance's Rust source locations."""
+    import re
+
+    first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", first.replace("Invalid user input: ", ""))
+
+
 def one_line(message: str) -> str:
     """``message`` as one printable line (control characters escaped, surrounding space dropped)."""
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message.strip())

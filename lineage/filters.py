@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trimerge.lineage.errors import InvalidOperationError
+from trimerge.lineage.errors import InvalidOperationError, lance_message
 
 MAX_FILTER_CHARS = 1_000_000
 MAX_FILTER_DEPTH = 32
@@ -90,6 +90,4 @@ def plan_filter(dataset: Any, text: str, what: str) -> None:
     try:
         dataset.scanner(filter=text, columns=[]).explain_plan()
     except (OSError, ValueError, RuntimeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        first = re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", first.replace("Invalid user input: ", ""))
-        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {first[:300]}") from None
+        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {lance_message(exc)[:300]}") from None

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from trimerge.lineage.errors import TrimergeError, one_line
+from trimerge.lineage.errors import TrimergeError, lance_message, one_line
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_PIPE = 141  # killed by SIGPIPE, as git is when its reader goes away
@@ -200,7 +200,7 @@ def _read_file(path: str):
 
             return feather.read_table(str(p))
     except (pl.exceptions.PolarsError, pa.ArrowInvalid, OSError, ValueError) as exc:
-        fail(f"cannot read {path}: {str(exc).splitlines()[0]}")
+        fail(f"cannot read {path}: {lance_message(exc)}")
     fail(f"cannot read {path}: unknown format (use .csv, .parquet, .jsonl, .json, .arrow or a Lance dataset)")
 
 
