@@ -162,11 +162,14 @@ def test_a_closed_pipe_ends_quietly_like_git(tmp_path):
             assert res.returncode in (0, 141), (args, res.returncode)
 
 
-@pytest.mark.parametrize("code", [28, 13])  # ENOSPC, EACCES
-def test_environment_failures_are_one_clear_line(code, monkeypatch, tmp_path):
+@pytest.mark.parametrize("code, lance", [(28, False), (13, False), (28, True)])  # ENOSPC, EACCES; as Lance says it
+def test_environment_failures_are_one_clear_line(code, lance, monkeypatch, tmp_path):
     repo = fresh_repo()
 
     def fail(*args, **kwargs):
+        if lance:
+            raise OSError(f"LanceError(IO): Generic LocalFileSystem error: Unable to write /some/file: "
+                          f"{os.strerror(code)} (os error {code})")
         raise OSError(code, os.strerror(code), "/some/file")
 
     from trimerge.lineage import transaction

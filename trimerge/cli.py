@@ -130,11 +130,13 @@ class TrimergeGroup(click.Group):
             ctx.exit(130)
         except BrokenPipeError:
             _reader_went_away()
-        except OSError as exc:
-            if exc.errno not in ENVIRONMENT_ERRORS or os.environ.get("TRIMERGE_DEBUG"):
+        except (OSError, RuntimeError) as exc:
+            code = _environment_errno(exc)
+            if code is None or os.environ.get("TRIMERGE_DEBUG"):
                 raise
-            where = f" ({exc.filename})" if exc.filename else ""
-            click.echo(f"error: {one_line(f'{ENVIRONMENT_ERRORS[exc.errno]}{where}: {exc.strerror or exc}')}", err=True)
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            detail = getattr(exc, "strerror", None) or lance_message(exc)
+            click.echo(f"error: {one_line(f'{ENVIRONMENT_ERRORS[code]}{where}: {detail}')}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
             if os.environ.get("TRIMERGE_DEBUG"):
@@ -163,6 +165,17 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="trimerge")
     except BrokenPipeError:
         _reader_went_away()
+
+
+def _environment_errno(exc: BaseException) -> int | None:
+    """The errno of a machine failure: Python's own, or the ``(os error N)`` Lance reports in its text."""
+    code = getattr(exc, "errno", None)
+    if code is None:
+        import re
+
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        code = int(found.group(1)) if found else None
+    return code if code in ENVIRONMENT_ERRORS else None
 
 
 def _reader_went_away() -> None:
