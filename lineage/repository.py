@@ -28,15 +28,18 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-import lance
-import pyarrow as pa
-import pyarrow.compute as pc
 from ulid import ULID
 
+if TYPE_CHECKING:
+    import lance
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from trimerge.lineage.transaction import Transaction
+
 from trimerge.lineage import graph as graphalg
-from trimerge.lineage import tables as tbl
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.branches import BranchManager, TagManager
 from trimerge.lineage.commit import Commit, TableVersion, format_time
@@ -62,7 +65,6 @@ from trimerge.lineage.recovery import Recovery, RecoveryReport
 from trimerge.lineage.refexpr import resolve as resolve_expr
 from trimerge.lineage.refs import Branch, RefStore, Tag, encode_name, now
 from trimerge.lineage.tablestore import TableStore
-from trimerge.lineage.transaction import Transaction
 
 REPO_DOC = "repo.json"
 
@@ -71,6 +73,15 @@ DEFAULT_RETENTION = timedelta(days=7)
 CleanupReport = GcReport  # the name before gc had a retention period
 
 __all__ = ["Branch", "CleanupReport", "FsckReport", "GcReport", "Ref", "Repository", "RecoveryReport", "Tag", "Transaction"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Transaction`` on first use: importing it imports pyarrow, which metadata-only commands never need."""
+    if name == "Transaction":
+        from trimerge.lineage.transaction import Transaction
+
+        return Transaction
+    raise AttributeError(name)
 
 
 def default_actor() -> str:
@@ -364,6 +375,10 @@ class Repository:
         return values
 
     def _row_at(self, tv: TableVersion, key: Any) -> dict[str, Any] | None:
+        import pyarrow as pa
+
+        from trimerge.lineage import tables as tbl
+
         ds = self.open_table_version(tv)
         values = self._key_values(tv.primary_key, key)
         try:  # the key must be a value of the key columns' types (not just something Lance may coerce)
@@ -415,6 +430,8 @@ class Repository:
                     metadata: Mapping[str, str] | None = None) -> Transaction:
         """A multi-table write that becomes visible as one commit, all at once or not at all."""
         self.check_writable()
+        from trimerge.lineage.transaction import Transaction
+
         return Transaction(self, self.default_ref(branch), actor=actor or default_actor(), message=message,
                            metadata=metadata)
 
@@ -471,7 +488,11 @@ class Repository:
     def add_columns(self, table: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *,
                     branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:
         """Add nullable columns (existing rows get nulls)."""
-        names = [tbl.field_name(f) if isinstance(f, pa.Field) else str(f) for f in _listed(fields, single=pa.Field)]
+        import pyarrow as pa
+
+        from trimerge.lineage.tables import field_name
+
+        names = [field_name(f) if isinstance(f, pa.Field) else str(f) for f in _listed(fields, single=pa.Field)]
         return self._write("add_columns", f"Add column(s) {', '.join(names)} to {table}", table, fields,
                            branch=branch, actor=actor, message=message)
 
@@ -534,6 +555,8 @@ def _listed(value: Any, single: type = str) -> list[Any]:
     """``value`` as a list for a default commit message (whatever it is: checking it is the writer's job)."""
     if isinstance(value, single):
         return [str(value)] if single is str else [value]
+    import pyarrow as pa
+
     return list(value) if isinstance(value, (list, tuple, pa.Schema)) else []
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import lance
 
 from trimerge.lineage.errors import PrimaryKeyError, SchemaMismatchError
 from trimerge.lineage.names import validate_column_names
@@ -143,6 +145,8 @@ def open_version(path: str, lance_branch: str, version: int | None,
                  storage_options: dict[str, str] | None = None, session: Any = None) -> lance.LanceDataset:
     """Open one version (None: latest) of one Lance branch of a dataset. A shared ``session`` keeps
     object-store clients and immutable manifests cached between opens (9 ms → 1 ms per open on S3)."""
+    import lance  # imported on first use: commands that never open a table start faster
+
     ds = lance.dataset(path, storage_options=storage_options, session=session)
     if lance_branch == "main" and version is not None:
         return ds.checkout_version(version) if ds.version != version else ds

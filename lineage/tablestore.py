@@ -9,12 +9,12 @@ checked before they become paths: a dataset is one plain name inside ``tables/``
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lance
-import pyarrow as pa
+if TYPE_CHECKING:
+    import lance
+    import pyarrow as pa
 
-from trimerge.lineage import tables as tbl
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import CorruptRepositoryError, DataReclaimedError, RepositoryMovedError
 from trimerge.lineage.location import TABLES_DIR, Location
@@ -38,12 +38,18 @@ class TableStore:
     def __init__(self, location: Location, moved_from: str | None = None):
         self.location = location
         self.options = location.lance_options()
-        self.session = lance.Session()  # one per repository: cached clients and manifests
+        self._session = None  # one Lance session per repository: cached clients and manifests
         # Heads this process committed last, per (dataset, Lance branch): the next write there
         # reuses the dataset object after one cheap "is it still the latest?" check.
         self._heads: dict[tuple[str, str], lance.LanceDataset] = {}
         self.files = location.backend(TABLES_DIR)  # folder-level listing and removal
         self.moved_from = moved_from  # where the repository was created, if it is somewhere else now
+
+    @property
+    def session(self):
+        if self._session is None:
+            self._session = _lance().Session()
+        return self._session
 
     def uri(self, dataset: str | TableVersion) -> str:
         name = dataset.dataset if isinstance(dataset, TableVersion) else dataset
@@ -51,12 +57,12 @@ class TableStore:
 
     def dataset(self, dataset: str) -> lance.LanceDataset:
         """A dataset's main branch, latest version (for maintenance: branches and tags)."""
-        return lance.dataset(self.uri(dataset), storage_options=self.options, session=self.session)
+        return _lance().dataset(self.uri(dataset), storage_options=self.options, session=self.session)
 
     def open(self, dataset: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
         """One version (None: the latest) of one Lance branch."""
         _check_component(lance_branch, "Lance branch")
-        ds = tbl.open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
+        ds = _tables().open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
         if self.moved_from and lance_branch != "main":
             self._check_not_moved(dataset, lance_branch, ds)
         return ds
@@ -95,7 +101,7 @@ class TableStore:
         return bool(self.files.list(f"{folder}/_versions"))  # objects: some stores list empty folders
 
     def create(self, dataset: str, table: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
-        return lance.write_dataset(table, self.uri(dataset), schema=schema, enable_stable_row_ids=True,
+        return _lance().write_dataset(table, self.uri(dataset), schema=schema, enable_stable_row_ids=True,
                                    mode="create", storage_options=self.options, session=self.session)
 
     def fork(self, tv: TableVersion, fork: str) -> lance.LanceDataset:
@@ -186,7 +192,7 @@ class TableStore:
             return clean
         latest = self.open(tv.dataset, tv.lance_branch, None)
         committed = self.open(tv.dataset, tv.lance_branch, tv.version)
-        if tbl.fragment_signature(latest) != tbl.fragment_signature(committed):
+        if _tables().fragment_signature(latest) != _tables().fragment_signature(committed):
             committed.restore()
             latest = self.open(tv.dataset, tv.lance_branch, None)
         return latest
@@ -221,3 +227,16 @@ def _as_uri(folder: str, location: Location) -> str:
     if scheme and "://" not in folder:
         return scheme + folder.lstrip("/")
     return folder
+
+
+def _lance():
+    """Lance, imported on first use: commands that never open a table (log, rev-parse…) start faster."""
+    import lance
+
+    return lance
+
+
+def _tables():
+    from trimerge.lineage import tables
+
+    return tables

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import lance
 import pyarrow as pa
 from ulid import ULID
 
@@ -36,6 +35,8 @@ from trimerge.lineage.refs import Branch, now, publish
 from trimerge.lineage.recovery import intent_key
 
 if TYPE_CHECKING:
+    import lance
+
     from trimerge.lineage.repository import Repository
 
 
@@ -257,6 +258,8 @@ class Transaction:
         schema = tbl.schema_with_primary_key(tbl.strip_field_metadata(table.schema), tv.primary_key)
         tbl.check_primary_key(table, tv.primary_key, f"overwrite {name}")
         ds = self._writable(name)
+        import lance
+
         out = lance.write_dataset(table.cast(schema), ds, schema=schema, mode="overwrite",
                                   storage_options=self.repo.table_store.options)
         self._ops.append(f"overwrite {name}")

@@ -10,7 +10,7 @@ import pytest
 import trimerge
 from trimerge.lineage import repository as repository_module
 
-from conftest import FIXTURES, T, run_trimerge_subprocess
+from conftest import FIXTURES, T, run_python, run_trimerge_subprocess
 
 AIRLINES_CSV = FIXTURES / "airlines.csv"
 AIRLINES_UPDATE_CSV = FIXTURES / "airlines_update.csv"
@@ -497,3 +497,24 @@ def test_console_script_exit_codes(R, tmp_path):
         assert_one_line_error(res)
     usage = run_trimerge_subprocess("-C", R, "nonsense")
     assert usage.exit_code == 2 and "Traceback" not in usage.stderr
+
+
+METADATA_VERBS = [["--version"], ["log", "-n", "2"], ["rev-parse", "main~1"], ["branch", "list"], ["tag", "list"],
+                  ["commit", "list"], ["merge-base", "main", "main"], ["switch", "main"]]
+
+
+@pytest.mark.parametrize("verb", METADATA_VERBS, ids=lambda v: " ".join(v))
+def test_metadata_commands_never_import_the_data_libraries(R, verb):
+    """What makes them answer in ~0.15 s instead of ~0.8 s (benchmarks/bench_cli.py)."""
+    code = f"""
+import sys
+from trimerge.cli import main
+try:
+    main(["-C", {str(R)!r}, *{verb!r}])
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print(sorted(m for m in ("lance", "polars", "pyarrow", "pandas", "pyspark") if m in sys.modules))
+"""
+    res = run_python(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]"
