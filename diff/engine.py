@@ -369,6 +369,20 @@ class TableDiff:
             self._rows = self._changed_rows().materialize(self.primary_key)
         return self._rows
 
+    def head(self, n: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """The first ``n`` changed rows by key (as :meth:`rows`), without materializing the rest: a
+        spilled diff streams in bucket order, so the smallest keys are kept while streaming."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise InvalidOperationError(f"head(n) takes a non-negative whole number, not {n!r}")
+        if not self.spilled:
+            return self.rows(columns).slice(0, n)
+        key = [(k, "ascending") for k in self.primary_key]
+        best = None
+        for batch in self.iter_batches(columns=columns):
+            t = pa.Table.from_batches([batch])
+            best = (t if best is None else pa.concat_tables([best, t])).sort_by(key).slice(0, n)
+        return best if best is not None else self.rows(columns).slice(0, 0)
+
     def iter_batches(self, max_rows: int = 65536, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The rows of :meth:`rows` in batches, in bounded memory: a diff larger than the memory
         budget is classified per key-hash bucket on disk and streamed back from there (then the

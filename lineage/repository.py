@@ -243,26 +243,31 @@ class Repository:
 
     # ------------------------------------------------------------------ history
     def log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
-            limit: int | None = None, since: datetime | None = None, until: datetime | None = None) -> list[Commit]:
-        """Ancestors of ``ref`` newest first (generation, then time, then id)."""
-        return list(self.iter_log(ref, first_parent=first_parent, actor=actor, limit=limit, since=since, until=until))
+            limit: int | None = None, since: datetime | None = None, until: datetime | None = None, *,
+            refs: Sequence[str] | None = None, branch: str | None = None,
+            message: str | None = None) -> list[Commit]:
+        """Ancestors of ``ref`` (or of every ref in ``refs``) newest first (generation, then time, then
+        id), filtered as :meth:`iter_log` says."""
+        return list(self.iter_log(ref, first_parent=first_parent, actor=actor, limit=limit, since=since,
+                                  until=until, refs=refs, branch=branch, message=message))
 
     def iter_log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
                  limit: int | None = None, since: datetime | None = None,
-                 until: datetime | None = None) -> Iterator[Commit]:
+                 until: datetime | None = None, *, refs: Sequence[str] | None = None, branch: str | None = None,
+                 message: str | None = None) -> Iterator[Commit]:
+        """The one history filter (``log``, ``commit list``): commits by ``actor``, made on ``branch``,
+        whose message contains ``message``, created in [``since``, ``until``]; at most ``limit``."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidOperationError(f"limit must be a non-negative whole number, not {limit!r}")
-        start = self.resolve(self.default_ref(ref))
+        starts = [self.resolve(r).id for r in refs] if refs is not None else [self.resolve(self.default_ref(ref)).id]
         n = 0
-        for cid in graphalg.iter_history(self.commits, start.id, first_parent=first_parent):
+        for cid in graphalg.iter_history(self.commits, starts, first_parent=first_parent) if starts else []:
             if limit is not None and n >= limit:
                 return
             c = self.commit(cid)
-            if actor is not None and c.actor != actor:
-                continue
-            if since is not None and c.created_at < since:
-                continue
-            if until is not None and c.created_at > until:
+            if (actor is not None and c.actor != actor) or (branch is not None and c.branch != branch) or \
+                    (message is not None and message not in c.message) or \
+                    (since is not None and c.created_at < since) or (until is not None and c.created_at > until):
                 continue
             n += 1
             yield c

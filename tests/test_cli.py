@@ -492,9 +492,15 @@ def test_console_script_exit_codes(R, tmp_path):
     no = run_trimerge_subprocess("-C", R, "merge-base", "--is-ancestor", "main", "main~1")
     assert no.exit_code == 1 and no.stderr == ""
     for args in (["-C", R, "rev-parse", "nope"], ["-C", R, "branch", "create", "a..b"],
-                 ["-C", tmp_path / "nowhere", "log"], ["-C", R, "read", "airlines", "--ref", "nope", "--json"]):
+                 ["-C", tmp_path / "nowhere", "log"]):
         res = run_trimerge_subprocess(*args)
         assert_one_line_error(res)
+    # Under --json the one line is a JSON object.
+    for args in (["-C", R, "read", "airlines", "--ref", "nope", "--json"], ["--json", "-C", R, "log", "-n", "-1"]):
+        res = run_trimerge_subprocess(*args)
+        assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
+        doc = json.loads(res.stderr)
+        assert doc["exit_code"] == 2 and doc["error"] and doc["type"] and doc["retryable"] is False
     usage = run_trimerge_subprocess("-C", R, "nonsense")
     assert usage.exit_code == 2 and "Traceback" not in usage.stderr
 

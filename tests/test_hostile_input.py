@@ -4,6 +4,7 @@ raw argv bytes and closed pipes, real subprocesses)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -131,7 +132,11 @@ def test_the_cli_answers_hostile_input_with_exit_0_to_3_and_one_line(verb, a, b,
     assert code in (0, 1, 2, 3), f"trimerge {argv!r} -> {code}: {result.output[-500:]} {result.exception!r}"
     if code == 2:
         stderr = result.stderr.strip()
-        assert stderr.startswith("error:") and "\n" not in stderr, f"trimerge {argv!r}: {stderr!r}"
+        assert "\n" not in stderr, f"trimerge {argv!r}: {stderr!r}"
+        if as_json:
+            assert json.loads(stderr)["exit_code"] == 2, stderr
+        else:
+            assert stderr.startswith("error:"), f"trimerge {argv!r}: {stderr!r}"
         after = snapshot(root)
         assert before == after, f"trimerge {argv!r} was rejected but changed the repository"
 

@@ -1,0 +1,3 @@
+from trimerge.cli import main
+
+main()

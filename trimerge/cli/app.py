@@ -1,0 +1,300 @@
+"""The CLI's application: the command group, its context, output, exit codes and error handling.
+
+Exit codes: 0 success; 1 "no" answers (``merge-base --is-ancestor``) and merge conflicts;
+2 bad input or usage; 3 lost a race (retry); 4 internal error; 141 the reader of the output went
+away. Errors print one line, never a traceback (set ``TRIMERGE_DEBUG=1`` to see one); under
+``--json`` that line is a JSON object ``{"error", "type", "exit_code", "retryable"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from trimerge.lineage.errors import TrimergeError, lance_message, one_line
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_PIPE = 141  # killed by SIGPIPE, as git is when its reader goes away
+MAX_COUNT = 2**62  # counts (--limit, -n) beyond this are typos, and overflow Arrow's int64 slices
+#: Failures of the machine, not of trimerge: one clear line (exit 2), never "internal error".
+ENVIRONMENT_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                      errno.EROFS: "read-only file system", errno.EIO: "input/output error",
+                      errno.EMFILE: "too many open files", errno.ENAMETOOLONG: "file name too long"}
+
+
+class Context:
+    def __init__(self) -> None:
+        self.path = "."
+        self.json = False
+        self.storage_options: dict[str, str] = {}
+        self._repo = None
+
+    def open(self, location: str | None = None, *, read_only: bool = False):
+        """Open the repository at ``location`` (default: ``-C``) with the ``--storage-option`` values."""
+        from trimerge.lineage.repository import Repository
+
+        return Repository.open(location or self.path, read_only=read_only,
+                               storage_options=self.storage_options or None)
+
+    def repo(self):
+        if self._repo is None:
+            self._repo = self.open()
+        return self._repo
+
+
+def _merge_common(ctx: click.Context, path: str | None, as_json: bool, storage_options: tuple[str, ...]) -> Context:
+    from trimerge.lineage.location import parse_storage_options
+
+    obj = ctx.ensure_object(Context)
+    if path is not None:
+        obj.path = path
+    if as_json:
+        obj.json = True
+    if storage_options:
+        obj.storage_options.update(parse_storage_options(storage_options))
+    return obj
+
+
+def common(fn: Callable) -> Callable:
+    """``-C URI``, ``--storage-option`` and ``--json`` are accepted before or after the sub-command."""
+
+    @click.option("-C", "path", default=None, metavar="URI",
+                  help="Repository: a directory or an s3://, gs://, az:// URI (default: current directory).")
+    @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+                  help="Object-store option (credentials, endpoint, region…); repeatable. Default: environment.")
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+    @click.pass_context
+    @functools.wraps(fn)
+    def wrapper(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], as_json: bool, **kwargs: Any):
+        obj = _merge_common(ctx, path, as_json, storage_options)
+        return fn(obj, **kwargs)
+
+    return wrapper
+
+
+def emit(obj: Context, data: Any, text: str | Callable[[], None] | None = None) -> None:
+    if obj.json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif callable(text):
+        text()
+    elif text is not None:
+        click.echo(text)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    say_error(message, "InvalidInput", code)
+    sys.exit(code)
+
+
+_JSON_ERRORS = False  # set from argv, for usage errors raised before the context exists
+
+
+def say_error(message: str, kind: str, code: int, *, retryable: bool = False, prefix: str = "error") -> None:
+    """The one line every failure prints on stderr: text, or JSON under ``--json``."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(Context) if ctx is not None else None
+    text = one_line(message)
+    if (obj is not None and obj.json) or _JSON_ERRORS:
+        click.echo(json.dumps({"error": text, "type": kind, "exit_code": code, "retryable": retryable}), err=True)
+    else:
+        click.echo(f"{prefix}: {text}", err=True)
+
+
+class TrimergeGroup(click.Group):
+    """Turns every error into one line and a documented exit code."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global _JSON_ERRORS
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        _JSON_ERRORS = "--json" in (sys.argv[1:] if args is None else list(args))
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.UsageError as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else "trimerge"
+            say_error(f"{exc.format_message()} (see '{path} --help')", "UsageError", EXIT_BAD_INPUT)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.exceptions.ClickException as exc:
+            say_error(exc.format_message(), "UsageError", exc.exit_code)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TrimergeError as exc:
+            if os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            msg = str(exc) if str(exc).strip() else type(exc).__name__
+            say_error(msg + (" (retry)" if exc.retryable and "retry" not in msg else ""), type(exc).__name__,
+                      exc.exit_code, retryable=exc.retryable)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:
+            _reader_went_away()
+        except (OSError, RuntimeError) as exc:
+            code = _environment_errno(exc)
+            if code is None or os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            detail = getattr(exc, "strerror", None) or lance_message(exc)
+            say_error(f"{ENVIRONMENT_ERRORS[code]}{where}: {detail}", "EnvironmentError", EXIT_BAD_INPUT)
+            ctx.exit(EXIT_BAD_INPUT)
+        except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
+            if os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            say_error(f"{type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", "InternalError",
+                      EXIT_INTERNAL, prefix="internal error")
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=TrimergeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-C", "path", default=None, metavar="URI",
+              help="Repository: a directory or an s3://, gs://, az:// URI (default: current directory).")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="Object-store option (credentials, endpoint, region…); repeatable. Default: environment.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.version_option(package_name="trimerge")
+@click.pass_context
+def cli(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], as_json: bool) -> None:
+    """trimerge: git-style branches, history, diff and three-way merge for multi-table Lance datasets."""
+    _merge_common(ctx, path, as_json, storage_options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    try:
+        cli.main(args=argv, prog_name="trimerge")
+    except BrokenPipeError:
+        _reader_went_away()
+
+
+def _environment_errno(exc: BaseException) -> int | None:
+    """The errno of a machine failure: Python's own, or the ``(os error N)`` Lance reports in its text."""
+    code = getattr(exc, "errno", None)
+    if code is None:
+        import re
+
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        code = int(found.group(1)) if found else None
+    return code if code in ENVIRONMENT_ERRORS else None
+
+
+def _reader_went_away() -> None:
+    """``trimerge log | head -1``: stop quietly (stdout goes to /dev/null so the final flush is silent)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(EXIT_PIPE)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def read_file(path: str):
+    """Read CSV, Parquet, JSON lines, JSON, Arrow IPC or a Lance dataset into Arrow."""
+    import polars as pl
+    import pyarrow as pa
+
+    p = Path(path)
+    if not p.exists():
+        fail(f"no such file: {path}")
+    suffix = p.suffix.lower()
+    try:
+        if p.is_dir() or suffix == ".lance":
+            import lance
+
+            return lance.dataset(str(p)).to_table()
+        if suffix == ".csv":
+            return pl.read_csv(p, try_parse_dates=False).to_arrow()
+        if suffix in (".parquet", ".pq"):
+            return pl.read_parquet(p).to_arrow()
+        if suffix in (".jsonl", ".ndjson"):
+            return pl.read_ndjson(p).to_arrow()
+        if suffix == ".json":
+            return pl.read_json(p).to_arrow()
+        if suffix in (".arrow", ".feather", ".ipc"):
+            import pyarrow.feather as feather
+
+            return feather.read_table(str(p))
+    except (pl.exceptions.PolarsError, pa.ArrowInvalid, OSError, ValueError) as exc:
+        fail(f"cannot read {path}: {lance_message(exc)}")
+    fail(f"cannot read {path}: unknown format (use .csv, .parquet, .jsonl, .json, .arrow or a Lance dataset)")
+
+
+def commit_line(repo, c) -> str:
+    return f"{repo.short_id(c.id)} {c.created_at:%Y-%m-%d %H:%M:%S} {c.actor:<16} {c.message}"
+
+
+def published(obj: Context, repo, commit, what: str) -> None:
+    if commit is None:
+        emit(obj, {"commit": None}, f"{what}: nothing to commit")
+    else:
+        emit(obj, commit.summary(), f"[{commit.branch} {repo.short_id(commit.id)}] {commit.message}")
+
+
+def write_options(fn: Callable) -> Callable:
+    fn = click.option("--branch", "-b", default=None, help="Branch to write (default: the current branch).")(fn)
+    fn = click.option("--message", "-m", default=None, help="Commit message.")(fn)
+    fn = click.option("--actor", default=None, help="Who makes the change (default: $TRIMERGE_ACTOR or user@host).")(fn)
+    return fn
+
+
+def print_table(table, fmt: str, output: str | None, limit: int | None = None) -> None:
+    import polars as pl
+
+    if limit is not None:
+        table = table.slice(0, limit)
+    if fmt == "parquet":
+        if not output:
+            fail("--format parquet needs -o FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, output)
+        return
+    df = pl.from_arrow(table)
+    if fmt == "json":
+        text = json.dumps(table.to_pylist(), indent=2, default=str)
+    elif fmt == "jsonl":
+        text = "\n".join(json.dumps(r, default=str) for r in table.to_pylist())
+    elif fmt == "csv":
+        text = df.write_csv()
+    else:
+        with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40):
+            text = str(df)
+    if output:
+        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""))
+    else:
+        click.echo(text)
+
+
+def graph_text(repo, starts: list[str], first_parent: bool = False, limit: int | None = None) -> list[str]:
+    """``log --graph``: the layout of :mod:`trimerge.lineage.graphlayout`, labelled with refs and messages."""
+    from trimerge.lineage.graphlayout import graph_lines
+
+    tips: dict[str, list[str]] = {}
+    for b in repo.branches.list():
+        tips.setdefault(b.commit_id, []).append(b.name)
+    for t in repo.tags.list():
+        tips.setdefault(t.commit_id, []).append(f"tag: {t.name}")
+
+    def label(cid: str) -> str:
+        c = repo.commit(cid)
+        refs = f" ({', '.join(tips[cid])})" if cid in tips else ""
+        return f"{repo.short_id(cid)} {c.actor}: {c.message}{refs}"
+
+    return graph_lines(repo.graph, starts, label, first_parent=first_parent, limit=limit)

@@ -1,0 +1,229 @@
+"""Commands on refs and history: branch, switch, tag, commit, log, rev-parse, merge-base."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from trimerge.cli.app import (
+    EXIT_NO,
+    EXIT_OK,
+    MAX_COUNT,
+    Context,
+    cli,
+    commit_line,
+    common,
+    emit,
+    fail,
+    graph_text,
+)
+
+
+# ---------------------------------------------------------------------------------------------- branches, tags
+@cli.group()
+def branch() -> None:
+    """Create, list and delete branches."""
+
+
+@branch.command("create")
+@click.argument("name")
+@click.option("--from", "from_ref", default=None, help="Ref to branch from (default: the current branch).")
+@common
+def branch_create(obj: Context, name: str, from_ref: str | None) -> None:
+    """Create branch NAME."""
+    repo = obj.repo()
+    b = repo.branches.create(name, from_ref=from_ref)
+    emit(obj, {"name": b.name, "commit": b.commit_id}, f"Created branch {b.name} at {repo.short_id(b.commit_id)}")
+
+
+@branch.command("list")
+@click.option("--deleted", is_flag=True, help="Deleted branches whose data gc still keeps (to re-create one).")
+@common
+def branch_list(obj: Context, deleted: bool) -> None:
+    """List branches (the current one is marked *); --deleted: branches gc still keeps."""
+    repo = obj.repo()
+    if deleted:
+        gone = [{"name": r.name, "commit": r.commit_id, "deleted_at": r.deleted_at.isoformat()}
+                for r in repo.branches.deleted()]
+        emit(obj, gone, lambda: [click.echo(f"  {r['name']}\t{repo.short_id(r['commit'])}\tdeleted {r['deleted_at']}")
+                                 for r in gone])
+        return
+    current = repo.current_branch
+    rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent}
+            for b in repo.branches.list()]
+    emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}")
+                             for r in rows])
+
+
+@branch.command("delete")
+@click.argument("name")
+@click.option("-D", "--force", is_flag=True, help="Delete even if no other branch or tag reaches its tip.")
+@common
+def branch_delete(obj: Context, name: str, force: bool) -> None:
+    """Delete branch NAME. Its data stays until 'trimerge gc' runs after the retention period."""
+    repo = obj.repo()
+    branch = repo.branches.delete(name, force=force)
+    emit(obj, {"deleted": name, "commit": branch.commit_id},
+         f"Deleted branch {name} (was {repo.short_id(branch.commit_id)})")
+
+
+@cli.command()
+@click.argument("name")
+@common
+def switch(obj: Context, name: str) -> None:
+    """Make NAME the current branch."""
+    repo = obj.repo()
+    b = repo.switch(name)
+    emit(obj, {"branch": b.name, "commit": b.commit_id}, f"Switched to branch {b.name}")
+
+
+@cli.group()
+def tag() -> None:
+    """Create, list and delete tags."""
+
+
+@tag.command("create")
+@click.argument("name")
+@click.argument("ref", required=False)
+@click.option("--message", "-m", default="")
+@common
+def tag_create(obj: Context, name: str, ref: str | None, message: str) -> None:
+    """Tag REF (default: the current branch) as NAME."""
+    repo = obj.repo()
+    t = repo.tags.create(name, ref, message=message)
+    emit(obj, {"name": t.name, "commit": t.commit_id}, f"Tagged {repo.short_id(t.commit_id)} as {t.name}")
+
+
+@tag.command("list")
+@common
+def tag_list(obj: Context) -> None:
+    """List tags."""
+    repo = obj.repo()
+    rows = [{"name": t.name, "commit": t.commit_id, "message": t.message} for t in repo.tags.list()]
+    emit(obj, rows, lambda: [click.echo(f"{r['name']}\t{repo.short_id(r['commit'])}\t{r['message']}") for r in rows])
+
+
+@tag.command("delete")
+@click.argument("name")
+@common
+def tag_delete(obj: Context, name: str) -> None:
+    """Delete tag NAME."""
+    repo = obj.repo()
+    repo.tags.delete(name)
+    emit(obj, {"deleted": name}, f"Deleted tag {name}")
+
+
+# ---------------------------------------------------------------------------------------------- history
+@cli.group()
+def commit() -> None:
+    """List and show commits."""
+
+
+@commit.command("list")
+@click.option("--filter", "filters", multiple=True, help="KEY=VALUE, e.g. actor=alice (repeatable).")
+@click.option("--branch", "-b", default=None, help="Commits reachable from this branch (default: all branches).")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
+@common
+def commit_list(obj: Context, filters, branch, limit) -> None:
+    """List commits, newest first."""
+    repo = obj.repo()
+    want: dict[str, str] = {}
+    for f in filters:
+        if "=" not in f:
+            fail(f"bad --filter {f!r}: expected KEY=VALUE (keys: actor, branch, message)")
+        k, v = f.split("=", 1)
+        if k not in ("actor", "branch", "message"):
+            fail(f"bad --filter key {k!r}: use actor, branch or message")
+        want[k] = v
+    starts = [branch] if branch else [b.commit_id for b in repo.branches.list()]
+    rows = repo.log(refs=starts, actor=want.get("actor"), branch=want.get("branch"), message=want.get("message"),
+                    limit=limit)
+    emit(obj, [c.summary() for c in rows], lambda: [click.echo(commit_line(repo, c)) for c in rows])
+
+
+@commit.command("show")
+@click.argument("ref")
+@common
+def commit_show(obj: Context, ref: str) -> None:
+    """Show one commit (any ref expression)."""
+    repo = obj.repo()
+    c = repo.resolve(ref)
+
+    def text() -> None:
+        click.echo(f"commit {c.id}\nulid   {c.ulid}")
+        if c.parents:
+            click.echo("parents " + " ".join(repo.short_id(p) for p in c.parents))
+        click.echo(f"actor  {c.actor}\ndate   {c.created_at.isoformat()}\nbranch {c.branch}\n\n    {c.message}\n")
+        for k, v in sorted(c.metadata.items()):
+            click.echo(f"    {k}: {v}")
+        for name, tv in sorted(c.tables.items()):
+            click.echo(f"  {name:<20} {tv.lance_branch} v{tv.version}  key ({', '.join(tv.primary_key)})")
+
+    emit(obj, c.summary(), text)
+
+
+@cli.command()
+@click.argument("ref", required=False)
+@click.option("--first-parent", is_flag=True, help="Follow first parents only (the branch's own history).")
+@click.option("--graph", "graph", is_flag=True, help="Draw the commit graph.")
+@click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag.")
+@click.option("--actor", default=None)
+@click.option("--limit", "-n", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
+@common
+def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
+    """Show history, newest first."""
+    repo = obj.repo()
+    if graph:
+        starts = ([b.commit_id for b in repo.branches.list()] + [t.commit_id for t in repo.tags.list()]
+                  if all_refs else [repo.resolve(repo.default_ref(ref)).id])
+        lines = graph_text(repo, starts, first_parent=first_parent, limit=limit)
+        emit(obj, {"graph": lines}, "\n".join(lines))
+        return
+    commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit)
+    emit(obj, [c.summary() for c in commits], lambda: [click.echo(commit_line(repo, c)) for c in commits])
+
+
+@cli.command("rev-parse")
+@click.argument("expr")
+@click.option("--short", is_flag=True, help="Print the shortest unique prefix (at least 7 characters).")
+@common
+def rev_parse(obj: Context, expr: str, short: bool) -> None:
+    """Resolve a ref expression (e.g. main~2^2) to a commit id."""
+    repo = obj.repo()
+    c = repo.resolve(expr)
+    emit(obj, {"expr": expr, "id": c.id, "short": repo.short_id(c.id)}, repo.short_id(c.id) if short else c.id)
+
+
+@cli.command("merge-base")
+@click.argument("refs", nargs=-1, required=True)
+@click.option("--all", "all_bases", is_flag=True, help="Print every best common ancestor.")
+@click.option("--is-ancestor", is_flag=True, help="Exit 0 if the first ref is an ancestor of the second, else 1.")
+@click.option("--independent", is_flag=True, help="Print the refs that are not ancestors of another.")
+@click.option("--octopus", is_flag=True, help="Best common ancestors of all refs.")
+@common
+def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus) -> None:
+    """Best common ancestor(s) of commits, like git merge-base."""
+    from trimerge.lineage import graph as graphalg
+
+    repo = obj.repo()
+    ids = [repo.resolve(r).id for r in refs]
+    if is_ancestor:
+        if len(ids) != 2:
+            fail("--is-ancestor takes exactly two refs")
+        yes = graphalg.is_ancestor(repo.graph, ids[0], ids[1])
+        emit(obj, {"is_ancestor": yes})
+        sys.exit(EXIT_OK if yes else EXIT_NO)
+    if independent:
+        out = graphalg.independent(repo.graph, ids)
+    elif octopus:
+        out = graphalg.octopus_merge_bases(repo.graph, ids)
+    else:
+        if len(ids) < 2:
+            fail("merge-base needs at least two refs")
+        out = graphalg.merge_bases_many(repo.graph, ids[0], ids[1:])
+    if not (all_bases or independent or octopus):
+        out = out[:1]
+    emit(obj, out, "\n".join(out) if out else None)
+    if not out:
+        sys.exit(EXIT_NO)

