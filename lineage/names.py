@@ -14,6 +14,8 @@ import re
 from trimerge.lineage.errors import InvalidNameError
 
 MAIN = "main"
+#: Not a branch: the current one (as ``trimerge switch`` set it), in every ref and ``branch=`` argument.
+HEAD = "HEAD"
 #: Internal branches: hidden from listings, not creatable by users.
 SCHEMA_LOCK_BRANCH = "__schema_apply_lock__"
 INTERNAL_BRANCHES = frozenset({SCHEMA_LOCK_BRANCH})
@@ -49,6 +51,8 @@ def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
         raise InvalidNameError(f"invalid branch name {name!r}: rule 6: cannot end with '.lock'")
     if name == MAIN:
         raise InvalidNameError("invalid branch name 'main': rule 7: 'main' is reserved for the default branch")
+    if name == HEAD:
+        raise InvalidNameError("invalid branch name 'HEAD': it always means the current branch")
     for segment in name.split("/"):
         if segment in RESERVED_SEGMENTS:
             raise InvalidNameError(
@@ -78,6 +82,8 @@ def validate_tag_name(name: str) -> str:
         raise InvalidNameError(f"tag name must be a string, not {type(name).__name__}")
     if name == "":
         raise InvalidNameError("invalid tag name '': rule 1: a tag name cannot be empty")
+    if name == HEAD:
+        raise InvalidNameError("invalid tag name 'HEAD': it always means the current branch")
     if not name.isascii():
         raise InvalidNameError(f"invalid tag name {name!r}: only ASCII characters are allowed (pylance breaks on others)")
     if not _TAG_CHARS.fullmatch(name):

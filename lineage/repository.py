@@ -60,7 +60,7 @@ from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
-from trimerge.lineage.names import MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
+from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
 from trimerge.lineage.refexpr import resolve as resolve_expr
 from trimerge.lineage.refs import Branch, RefStore, Tag, encode_name, now
@@ -105,6 +105,8 @@ class _RefNamespace:
         return self.repo.commits.exists(commit_id)
 
     def branch_tip(self, name: str) -> str | None:
+        if name == HEAD:  # the current branch, as 'trimerge switch' set it
+            name = self.repo.current_branch
         if is_internal_branch(name):
             return None
         b = self.repo.refs.branch(name)
@@ -238,8 +240,8 @@ class Repository:
         return b
 
     def default_ref(self, ref: str | None) -> str:
-        """``ref``, or the current branch when it is None."""
-        return self.current_branch if ref is None else ref
+        """``ref``, or the current branch when it is None or ``HEAD``."""
+        return self.current_branch if ref is None or ref == HEAD else ref
 
     # ------------------------------------------------------------------ history
     def log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
@@ -462,6 +464,11 @@ class Repository:
                message: str | None = None) -> Commit:
         """Insert new keys, update existing ones (rows with identical values are left alone)."""
         return self._write("upsert", f"Upsert into {table}", table, data, branch=branch, actor=actor, message=message)
+
+    def update(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
+               message: str | None = None) -> Commit:
+        """Change some columns of existing rows (``data``: the key plus the columns to change)."""
+        return self._write("update", f"Update {table}", table, data, branch=branch, actor=actor, message=message)
 
     def overwrite(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
                   message: str | None = None) -> Commit:

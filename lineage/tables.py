@@ -208,3 +208,22 @@ def key_filter(primary_key: Sequence[str], values: Sequence[Any]) -> str | pc.Ex
         term = pc.field(col) == value
         expr = term if expr is None else expr & term
     return expr
+
+
+def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
+    """The rows of ``ds`` whose key is in ``keys`` (a table of the key columns), read by a filter
+    on the first key column (cost follows the number of keys, not the table)."""
+    first = keys.column_names[0]
+    found = ds.to_table(filter=pc.field(first).isin(pc.unique(keys.column(first))))
+    if keys.num_columns == 1:
+        return found
+    return found.join(keys, keys=keys.column_names, join_type="inner")
+
+
+def replace_columns(current: pa.Table, new: pa.Table, key: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    """``current`` rows with ``columns`` taken from the ``new`` row of the same key."""
+    kept = current.drop_columns(list(columns))
+    try:
+        return kept.join(new.select([*key, *columns]), keys=list(key), join_type="inner")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaMismatchError(f"cannot combine the changed columns with the stored rows: {exc}") from None

@@ -250,6 +250,31 @@ class Transaction:
         self._ops.append(f"upsert {name}")
         self._written(name, ds.version, ds)
 
+    def update(self, name: str, data: Any) -> None:
+        """Change some columns of existing rows: ``data`` holds the key columns and the columns to
+        change; the other columns keep their values. Every key must exist. Reads only those rows."""
+        self._require_open()
+        tv = self._table(name)
+        table = tbl.to_arrow(data)
+        pk = list(tv.primary_key)
+        tbl.check_primary_key(table, tv.primary_key, f"update {name}")
+        schema = self.repo.table_store.open_version(tv).schema
+        unknown = [c for c in table.column_names if c not in schema.names]
+        if unknown:
+            raise SchemaMismatchError(f"update {name}: no column(s) {unknown} (columns: {schema.names})")
+        changing = [c for c in table.column_names if c not in pk]
+        if not changing:
+            raise SchemaMismatchError(f"update {name}: give at least one column to change besides the key {pk}")
+        if table.num_rows:
+            table = tbl.conform(table, pa.schema([schema.field(c) for c in table.column_names]), f"update {name}")
+            current = tbl.rows_with_keys(self.repo.table_store.open_version(tv), table.select(pk))
+            if current.num_rows != table.num_rows:
+                missing = table.num_rows - current.num_rows
+                raise PrimaryKeyError(f"update {name}: {missing} key(s) do not exist; use upsert to insert rows")
+            table = tbl.replace_columns(current, table, pk, changing).select(schema.names)
+        self.upsert(name, table)
+        self._ops[-1] = f"update {name}"
+
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""
         self._require_open()

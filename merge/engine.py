@@ -663,6 +663,7 @@ def _resolve_inputs(source: Any, dest: Any, repo: Repository | None) -> tuple[Re
     for r in (src, dst):
         if not isinstance(r, str):
             raise RefSyntaxError(f"a ref must be text or a Ref, not {type(r).__name__}")
+    dst = repo.default_ref(dst)  # HEAD: the current branch
     if not repo.branches.exists(dst):
         if repo.tags.get_or_none(dst):
             raise ReadOnlyRefError(f"merge destination {dst!r} is a tag; merge into a branch")

@@ -97,6 +97,49 @@ def table_list(obj: Context, ref: str | None) -> None:
     emit(obj, rows, lambda: [click.echo(f"{r['table']}\t({', '.join(r['primary_key'])})") for r in rows])
 
 
+@table.command("alter")
+@click.argument("name")
+@click.option("--add-column", "add", multiple=True, metavar="COLUMN:TYPE", help="Add a nullable column (repeatable).")
+@click.option("--drop-column", "drop", multiple=True, metavar="COLUMN", help="Drop a column (repeatable).")
+@click.option("--widen", multiple=True, metavar="COLUMN:TYPE", help="Widen a column's type, e.g. n:int64 (repeatable).")
+@write_options
+@common
+def table_alter(obj: Context, name: str, add, drop, widen, branch, message, actor) -> None:
+    """Change a table's schema in one commit. Types: int8…int64, uint8…uint64, float32, float64,
+    string, large_string, binary, large_binary, bool, date32, timestamp[us], … (Arrow names)."""
+    if not (add or drop or widen):
+        fail("table alter needs --add-column, --drop-column or --widen")
+    import pyarrow as pa
+
+    adds = [pa.field(c, t) for c, t in map(column_type, add)]
+    widens = [column_type(w) for w in widen]
+    repo = obj.repo()
+    with repo.transaction(branch, actor=actor, message=message or f"Alter table {name}") as tx:
+        if drop:
+            tx.drop_columns(name, list(drop))
+        if adds:
+            tx.add_columns(name, adds)
+        for column, data_type in widens:
+            tx.alter_column(name, column, data_type)
+    published(obj, repo, tx.commit, "alter")
+
+
+def column_type(text: str):
+    """``COLUMN:TYPE`` as (name, Arrow type)."""
+    import pyarrow as pa
+
+    column, sep, type_name = text.rpartition(":")
+    if not sep or not column or not type_name:
+        fail(f"expected COLUMN:TYPE, not {text!r}")
+    aliases = {"int": "int64", "integer": "int64", "float": "float64", "double": "float64", "str": "string",
+               "text": "string", "boolean": "bool"}
+    try:
+        return column, pa.type_for_alias(aliases.get(type_name.strip().lower(), type_name.strip()))
+    except (ValueError, KeyError):
+        fail(f"unknown type {type_name!r} in {text!r} (use Arrow names: int64, float64, string, large_string, "
+             "bool, date32, timestamp[us], …)")
+
+
 @table.command("drop")
 @click.argument("name")
 @write_options
@@ -110,14 +153,15 @@ def table_drop(obj: Context, name: str, branch, message, actor) -> None:
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("file")
-@click.option("--mode", type=click.Choice(["append", "upsert", "overwrite"]), default="append", show_default=True)
+@click.option("--mode", type=click.Choice(["append", "upsert", "update", "overwrite"]), default="append",
+              show_default=True, help="update: FILE holds the key and only the columns to change.")
 @write_options
 @common
 def load(obj: Context, table_name: str, file: str, mode: str, branch, message, actor) -> None:
-    """Load FILE into TABLE (append, upsert or overwrite)."""
+    """Load FILE into TABLE (append, upsert, update or overwrite)."""
     repo = obj.repo()
     data = read_file(file)
-    fn = {"append": repo.append, "upsert": repo.upsert, "overwrite": repo.overwrite}[mode]
+    fn = {"append": repo.append, "upsert": repo.upsert, "update": repo.update, "overwrite": repo.overwrite}[mode]
     published(obj, repo, fn(table_name, data, branch=branch, actor=actor, message=message), mode)
 
 
@@ -140,8 +184,10 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 @click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv", "parquet"]), default=None)
 @click.option("-o", "output", default=None, help="Write to a file.")
+@click.option("--sort/--no-sort", default=None,
+              help="Order rows by primary key (default: yes for --format table, storage order otherwise).")
 @common
-def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output) -> None:
+def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output, sort) -> None:
     """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
     from trimerge.lineage.address import is_address, parse_address
 
@@ -157,7 +203,11 @@ def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output)
     repo = obj.open(read_only=True)
     cols = [c.strip() for c in columns.split(",")] if columns else None
     data = repo.read(table_name, ref=ref, columns=cols, filter=where)
-    print_table(data, fmt or ("json" if obj.json else "table"), output, limit)
+    fmt = fmt or ("json" if obj.json else "table")
+    if sort if sort is not None else fmt == "table":
+        key = [k for k in repo.primary_key(table_name, ref) if k in data.column_names]
+        data = data.sort_by([(k, "ascending") for k in key]) if key else data
+    print_table(data, fmt, output, limit)
 
 
 def _gc(obj: Context, retention: str) -> None:
