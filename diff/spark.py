@@ -12,6 +12,7 @@ remove them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,6 +45,22 @@ def spark_threshold() -> int:
     return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
 
 
+@contextlib.contextmanager
+def _jvm_stderr_silenced():
+    """Start the JVM with stderr on /dev/null: it inherits that for its life, so Spark's and Java's
+    log lines never reach the terminal. Python's own stderr is restored right after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _quiet() -> None:
     warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
@@ -51,11 +68,12 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message="lance is not fork-safe")
 
 
-def get_spark(master: str | None = None, memory: str | None = None):
+def get_spark(master: str | None = None, memory: str | None = None, *, verbose: bool = False):
     """An existing active SparkSession, or a new one configured for trimerge.
 
     Sets ``PYSPARK_PYTHON`` to this interpreter (executors need pylance and pyarrow) and gives a
-    clear error when PySpark or Java is missing."""
+    clear error when PySpark or Java is missing. Unless ``verbose``, the JVM's own log lines (start-up
+    banners, warnings) are kept off stderr; failures still come back as Python errors."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -82,7 +100,8 @@ def get_spark(master: str | None = None, memory: str | None = None):
         if name.startswith(("AWS_", "AZURE_", "GOOGLE_")):
             builder = builder.config(f"spark.executorEnv.{name}", value)
     try:
-        session = builder.getOrCreate()
+        with contextlib.nullcontext() if verbose else _jvm_stderr_silenced():
+            session = builder.getOrCreate()
     except Exception as exc:  # the JVM failed to start
         raise SparkUnavailableError(f"could not start Spark: {str(exc).splitlines()[0]}") from None
     session.sparkContext.setLogLevel("ERROR")

@@ -328,6 +328,7 @@ def test_demo(tmp_path, cli):
     doc = cli("demo", target, "--flights-limit", "2000", "--json", ok=True).json()
     assert doc["branches"] == ["main", "fix-planes"]
     assert [c["actor"] for c in doc["log"]] == ["bob", "alice", "demo", "demo"]
+    assert [c.actor for c in open_repo(target).log("main", limit=2)] == ["carol", "carol"]
     repo = open_repo(target)
     assert repo.tables() == ["airlines", "airports", "flights", "planes", "weather"]
     assert repo.read("flights").num_rows == 2000
@@ -341,6 +342,23 @@ def test_demo(tmp_path, cli):
     assert repo.read("airports", ref="main", filter="faa = 'ZYP'").num_rows == 1
     assert repo.read("airlines", filter="carrier = 'ZZ'").to_pylist() == [{"carrier": "ZZ", "name": "Demo Regional"}]
     assert_one_line_error(cli("demo", target, "--flights-limit", "10"))
+
+
+def test_demo_tells_the_whole_story(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = cli("demo", "--flights-limit", "500", ok=True).stdout
+    assert out.startswith("No directory given: creating ./trimerge-demo")
+    commands = [line for line in out.splitlines() if line.startswith("$ trimerge")]
+    assert [c.split()[2] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read"]
+    assert "planes               modified  +0 -0 ~400" in out
+    assert "manufacturer: 'AIRBUS INDUSTRIE' -> 'AIRBUS'" in out
+    assert "CONFLICT" in out and "nothing published" in out
+    assert "Merge 'fix-planes' into 'main'" in out and "|\\" in out
+    repo = open_repo(tmp_path / "trimerge-demo")
+    merge = repo.resolve("main")
+    assert len(merge.parents) == 2 and merge.parents[1] == repo.resolve("fix-planes").id
+    before, after = out.rsplit("$ trimerge read", 2)[1:]
+    assert "AIRBUS SAS" in before and "AIRBUS SAS" not in after and "AIRBUS" in after
 
 
 # ---------------------------------------------------------------------------------------------- -C / --json anywhere

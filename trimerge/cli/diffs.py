@@ -66,8 +66,10 @@ class DelayedProgress:
 @click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
               help="auto: Spark only for tables whose planned rows exceed the threshold.")
 @click.option("--spark-master", default=None, metavar="URL", help="Spark master (default: local[*]).")
+@click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
-def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master) -> None:
+def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master,
+             verbose) -> None:
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
     import sys as _sys
 
@@ -86,7 +88,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
     if engine == "spark" or spark_master:
         from trimerge.diff.spark import get_spark
 
-        spark = get_spark(spark_master)
+        spark = get_spark(spark_master, verbose=verbose)
     d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine,
                  spark=spark)
     spark_tables = {n for n, td in d.tables.items() if td.engine == "spark"}

