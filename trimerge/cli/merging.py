@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import click
 
@@ -52,7 +52,7 @@ def _parse_strategy(values: tuple[str, ...]):
 
 
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
-               actor, engine: str = "auto") -> None:
+               actor, engine: str = "auto", spark: Any = None) -> None:
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
 
@@ -67,7 +67,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             fail(f"cannot write report {path!r}: folder {folder} does not exist or is not writable")
     dest = into or repo.current_branch
     try:
-        extra = {"engine": engine} if fn.__name__ == "merge" else {}
+        extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, **extra)
     except MergeConflictError as exc:
@@ -108,14 +108,21 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 @click.argument("source")
 @click.option("--into", default=None, help="Destination branch (default: the current branch).")
 @merge_options
+@click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
-def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
+def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine,
+              verbose) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
     from trimerge.merge import merge
 
-    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine)
+    spark = None
+    if verbose and engine == "spark":
+        from trimerge.diff.spark import get_spark
+
+        spark = get_spark(verbose=True)
+    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark)
 
 
 @cli.command("revert")
