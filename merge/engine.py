@@ -762,6 +762,13 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     ours = repo.resolve(dest)
+    if isinstance(strategy, Mapping):
+        known = set(ours.tables) | set(theirs.tables) | set((base_tables if base_tables is not None else
+                                                              base.tables if base is not None else {}))
+        unknown = sorted(t for t in strategy if t != "*" and t not in known)
+        if unknown:
+            raise InvalidOperationError(f"--strategy names no table of this merge: {', '.join(unknown)} "
+                                        f"(tables: {', '.join(sorted(known)) or 'none'})")
     three = _ThreeWay(repo, base, ours, theirs, strategy=strategy, granularity=granularity, base_tables=base_tables,
                       engine=engine, spark=spark)
     three.run()

@@ -133,3 +133,28 @@ def test_table_diff_head_and_writers(R, tmp_path):
     assert len(rows) == 3 and all("v" not in (r.get("after") or {}) for r in rows)
     with pytest.raises(trimerge.TrimergeError):
         writers.write(td, str(tmp_path / "x"), "xml")
+
+
+# ---------------------------------------------------------------------------------------------- issue 12, item 3 (part)
+def test_usage_errors_git_also_refuses(R, cli):
+    cli("-C", R.uri, "branch", "create", "dev", ok=True)
+    for args in (["merge-base", "--is-ancestor", "--all", "main", "dev"],
+                 ["merge-base", "--independent", "--all", "main", "dev"],
+                 ["merge-base", "--is-ancestor", "--octopus", "main", "dev"],
+                 ["revert", "main", "--engine", "spark"], ["cherry-pick", "main", "--engine", "local"]):
+        res = cli("-C", R.uri, *args)
+        assert res.exit_code == 2 and res.stderr.startswith("error:"), (args, res.stderr)
+    assert cli("-C", R.uri, "merge-base", "--octopus", "--all", "main", "dev").exit_code == 0
+
+
+def test_a_strategy_naming_an_unknown_table_is_an_error(R, cli):
+    from trimerge.merge import merge
+
+    R.branches.create("dev")
+    R.upsert("t", T(id=[1], v=["dev"], n=[1]), branch="dev")
+    R.upsert("t", T(id=[1], v=["main"], n=[2]))
+    with pytest.raises(trimerge.TrimergeError, match="nosuch"):
+        merge("dev", "main", repo=R, strategy={"nosuch": "source-wins"})
+    res = cli("-C", R.uri, "merge", "dev", "--strategy", "nosuch=source-wins")
+    assert res.exit_code == 2 and "nosuch" in res.stderr
+    assert merge("dev", "main", repo=R, strategy={"t": "source-wins", "*": "dest-wins"}).status == "merged"

@@ -206,6 +206,10 @@ def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus)
     """Best common ancestor(s) of commits, like git merge-base."""
     from trimerge.lineage import graph as graphalg
 
+    modes = [flag for flag, on in (("--is-ancestor", is_ancestor), ("--independent", independent),
+                                   ("--octopus", octopus)) if on]
+    if len(modes) > 1 or (modes and all_bases and modes[0] != "--octopus"):
+        fail(f"{' and '.join(modes + (['--all'] if all_bases else []))} cannot be combined (as in git)")
     repo = obj.repo()
     ids = [repo.resolve(r).id for r in refs]
     if is_ancestor:

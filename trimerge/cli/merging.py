@@ -30,8 +30,6 @@ def merge_options(fn: Callable) -> Callable:
                      help="junit | sarif | markdown | json | github, to stdout or PATH (repeatable)."),
         click.option("--message", "-m", default=None),
         click.option("--actor", default=None),
-        click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
-                     help="Where the merge's diffs run."),
     ]):
         fn = opt(fn)
     return fn
@@ -108,6 +106,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 @click.argument("source")
 @click.option("--into", default=None, help="Destination branch (default: the current branch).")
 @merge_options
+@click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
+              help="Where the merge's diffs run (revert and cherry-pick read small changes and always run locally).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine,
@@ -130,7 +130,7 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, engine) -> None:
+def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
     """Undo the changes of COMMIT on a branch (a three-way merge)."""
     from trimerge.merge import revert
 
@@ -142,8 +142,7 @@ def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, r
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-                    engine) -> None:
+def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
     """Apply the changes of COMMIT to a branch (a three-way merge)."""
     from trimerge.merge import cherry_pick
 
