@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -154,7 +155,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         return
     if fmt == "jsonl":
         # Streamed batch by batch: a large diff never sits in memory as Python objects.
-        with open(output, "w") if output else contextlib.nullcontext(click.get_text_stream("stdout")) as sink:
+        with open(output, "w") if output else contextlib.nullcontext(sys.stdout) as sink:
             for n, td in changed.items():
                 writers.write_jsonl(td, sink, n, cols, limit)
         return
