@@ -96,7 +96,7 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
             out.append(SchemaChange("added", f.name, None, str(f.type)))
         else:
             g = before.field(f.name)
-            if plain_type(g.type) != plain_type(f.type):
+            if g.type != f.type:  # string -> large_string too: merges and reverts must keep a widening
                 out.append(SchemaChange("type_changed", f.name, str(g.type), str(f.type)))
             elif g.nullable != f.nullable and f.name not in key_after:
                 out.append(SchemaChange("nullability_changed", f.name, str(g.nullable), str(f.nullable)))

@@ -158,3 +158,21 @@ def test_a_strategy_naming_an_unknown_table_is_an_error(R, cli):
     res = cli("-C", R.uri, "merge", "dev", "--strategy", "nosuch=source-wins")
     assert res.exit_code == 2 and "nosuch" in res.stderr
     assert merge("dev", "main", repo=R, strategy={"t": "source-wins", "*": "dest-wins"}).status == "merged"
+
+
+@pytest.mark.parametrize("narrow, wide", [(pa.string(), pa.large_string()), (pa.binary(), pa.large_binary())])
+def test_a_widening_is_a_schema_change_that_merges_and_reverts_keep(R, narrow, wide):
+    from trimerge.merge import merge, revert
+
+    R.create_table("w", pa.table({"id": [1, 2], "x": pa.array([b"a", b"b"] if narrow == pa.binary() else ["a", "b"],
+                                                              narrow)}), primary_key="id")
+    R.branches.create("dev")
+    R.alter_column("w", "x", wide, branch="dev")
+    td = diff("main", "dev", repo=R).tables["w"]
+    assert td.changed and [(c.kind, c.column) for c in td.schema_changes] == [("type_changed", "x")]
+    R.upsert("w", pa.table({"id": [3], "x": pa.array([b"c"] if narrow == pa.binary() else ["c"], narrow)}))
+    assert merge("dev", "main", repo=R).status == "merged"
+    assert R.schema("w").field("x").type == wide and R.read("w").num_rows == 3
+    change = R.upsert("w", pa.table({"id": [4], "x": pa.array([b"d"] if narrow == pa.binary() else ["d"], wide)}))
+    revert(change.id, "main", repo=R)
+    assert R.schema("w").field("x").type == wide and R.read("w").num_rows == 3
