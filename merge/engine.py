@@ -42,7 +42,7 @@ from trimerge.lineage.errors import (
     TrimergeError,
 )
 from trimerge.lineage.repository import Ref, Repository
-from trimerge.lineage.tables import is_widening
+from trimerge.lineage.tables import is_widening, plain_type
 
 Strategy = Literal["source-wins", "dest-wins"]
 Granularity = Literal["cell", "row", "table"]
@@ -375,10 +375,20 @@ class _ThreeWay:
         so = self.repo.open_table_version(o).schema
         st = self.repo.open_table_version(t).schema
         sb = self.repo.open_table_version(b).schema if b else None
-        if b is not None and (o.primary_key != b.primary_key or t.primary_key != b.primary_key):
-            self._table_conflict(plan, Conflict("schema.primary_key", plan.name,
-                                                columns=tuple(sorted(set(o.primary_key) ^ set(t.primary_key))),
-                                                message="primary key changed"), t)
+        keys = {"base": b.primary_key if b else None, "dest": o.primary_key, "source": t.primary_key}
+        converged = o.primary_key == t.primary_key and sb is not None and all(k in sb.names for k in o.primary_key)
+        if b is not None and (o.primary_key != b.primary_key or t.primary_key != b.primary_key) and not converged:
+            moved = (set(b.primary_key) ^ set(o.primary_key)) | (set(b.primary_key) ^ set(t.primary_key))
+            self._table_conflict(plan, Conflict("schema.primary_key", plan.name, columns=tuple(sorted(moved)),
+                                                message=f"primary key changed ({keys})"), t)
+            return None
+        retyped = sorted(k for k in o.primary_key if k in st.names and k in so.names and
+                         (plain_type(so.field(k).type) != plain_type(st.field(k).type) or
+                          (sb is not None and k in sb.names and
+                           plain_type(sb.field(k).type) != plain_type(so.field(k).type))))
+        if retyped:
+            self._table_conflict(plan, Conflict("schema.primary_key", plan.name, columns=tuple(retyped),
+                                                message="type of key column(s) changed"), t)
             return None
         fields: list[pa.Field] = list(so)
         names_o = set(so.names)

@@ -176,3 +176,37 @@ def test_a_widening_is_a_schema_change_that_merges_and_reverts_keep(R, narrow, w
     change = R.upsert("w", pa.table({"id": [4], "x": pa.array([b"d"] if narrow == pa.binary() else ["d"], wide)}))
     revert(change.id, "main", repo=R)
     assert R.schema("w").field("x").type == wide and R.read("w").num_rows == 3
+
+
+def _rekey(repo, branch, rows, key):
+    with repo.transaction(branch) as tx:
+        tx.drop_table("k")
+        tx.create_table("k", pa.table(rows), key)
+
+
+def test_primary_key_changes_converge_when_identical_and_conflict_by_column_otherwise(R):
+    from trimerge.merge import merge
+
+    R.create_table("k", pa.table({"id": [1, 2, 3], "code": ["a", "b", "c"], "v": [1, 2, 3]}), "id")
+    R.branches.create("dev")
+    R.branches.create("other")
+    _rekey(R, "dev", {"id": [1, 2, 3], "code": ["a", "b", "c"], "v": [1, 20, 3]}, "code")
+    _rekey(R, "main", {"id": [1, 2, 3], "code": ["a", "b", "c"], "v": [1, 2, 30]}, "code")
+    assert merge("dev", "main", repo=R).status == "merged"
+    assert R.primary_key("k") == ("code",)
+    assert sorted((r["code"], r["v"]) for r in R.read("k").to_pylist()) == [("a", 1), ("b", 20), ("c", 30)]
+    _rekey(R, "other", {"id": [1, 2, 3], "code": ["a", "b", "c"], "v": [1, 2, 3]}, ["id", "code"])
+    result = merge("other", "main", repo=R, dry_run=True)
+    assert [(c.kind, c.columns) for c in result.conflicts] == [("schema.primary_key", ("code", "id"))]
+
+
+def test_a_key_column_whose_type_changed_is_a_reported_conflict(R):
+    from trimerge.merge import merge
+
+    R.branches.create("dev")
+    R.overwrite("t", pa.table({"id": ["1", "2", "3"], "v": ["a", "b", "c"], "n": [10, 20, 30]}), branch="dev")
+    R.upsert("t", T(id=[4], v=["d"], n=[40]))
+    result = merge("dev", "main", repo=R, dry_run=True)
+    assert [(c.kind, c.columns) for c in result.conflicts] == [("schema.primary_key", ("id",))]
+    assert merge("dev", "main", repo=R, strategy="source-wins").status == "merged"
+    assert R.schema("t").field("id").type in (pa.string(), pa.large_string())
