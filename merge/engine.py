@@ -89,6 +89,22 @@ class Conflict:
                 "base": _jsonable(self.base), "ours": _jsonable(self.ours), "theirs": _jsonable(self.theirs),
                 "message": self.message}
 
+    def value_lines(self, width: int = 40) -> list[str]:
+        """One line per conflicting column: its value in base, dest (``ours``) and source (``theirs``),
+        each cut to ``width`` characters; ``(no row)`` where that side has no such row."""
+        def shown(side: Mapping[str, Any] | None, column: str) -> str:
+            if side is None:
+                return "(no row)"
+            text = repr(side.get(column))
+            return text if len(text) <= width else text[:width - 1] + "…"
+
+        if not (self.base or self.ours or self.theirs):
+            return []
+        columns = self.columns or tuple(dict.fromkeys(
+            c for side in (self.base, self.ours, self.theirs) if side for c in side if c not in (self.key or {})))
+        return [f"{c}: base {shown(self.base, c)}, dest {shown(self.ours, c)}, source {shown(self.theirs, c)}"
+                for c in columns[:8]]
+
     def describe(self) -> str:
         where = self.table
         if self.key:

@@ -210,3 +210,15 @@ def test_a_key_column_whose_type_changed_is_a_reported_conflict(R):
     assert [(c.kind, c.columns) for c in result.conflicts] == [("schema.primary_key", ("id",))]
     assert merge("dev", "main", repo=R, strategy="source-wins").status == "merged"
     assert R.schema("t").field("id").type in (pa.string(), pa.large_string())
+
+
+def test_conflict_lines_show_base_dest_and_source_values(R, cli):
+    R.branches.create("dev")
+    R.upsert("t", T(id=[2], v=["b-dev"], n=[20]), branch="dev")
+    R.upsert("t", T(id=[2], v=["b-main" + "x" * 80], n=[20]))
+    res = cli("-C", R.uri, "merge", "dev")
+    assert res.exit_code == 1
+    lines = res.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("CONFLICT row.update_update in t[id=2]"))
+    assert lines[at + 1].startswith("    v: base 'b', dest 'b-mainxxx") and lines[at + 1].endswith("source 'b-dev'")
+    assert "…" in lines[at + 1] and len(lines[at + 1]) < 120

@@ -88,6 +88,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
                            f"{s.cells_merged} cell(s) merged, {s.conflicts} conflict(s)")
         for c in result.conflicts:
             click.echo(f"CONFLICT {c.describe()}")
+            for line in c.value_lines():
+                click.echo(f"    {line}")
         if result.conflicts:
             click.echo(f"{len(result.conflicts)} conflict(s); nothing published" if not dry_run
                        else f"dry run: {len(result.conflicts)} conflict(s)")
