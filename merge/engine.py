@@ -43,6 +43,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.repository import Ref, Repository
 from trimerge.lineage.tables import is_widening, plain_type
+from trimerge.merge.resolutions import Resolution, Resolutions
 
 Strategy = Literal["source-wins", "dest-wins"]
 Granularity = Literal["cell", "row", "table"]
@@ -267,7 +268,8 @@ class _TablePlan:
 class _ThreeWay:
     def __init__(self, repo: Repository, base: Commit | None, ours: Commit, theirs: Commit, *, strategy: Any,
                  granularity: str, base_tables: Mapping[str, TableVersion] | None = None, engine: str = "local",
-                 spark: Any = None):
+                 spark: Any = None, resolutions: Resolutions | None = None):
+        self.resolutions = resolutions if resolutions is not None else Resolutions()
         self.engine = engine
         self.spark = spark
         self.repo = repo
@@ -286,7 +288,16 @@ class _ThreeWay:
             self.plans[name] = self._table(name)
 
     def _conflict(self, plan: _TablePlan, conflict: Conflict, resolvable: bool = True) -> Strategy | None:
-        """Record a conflict; return the strategy that resolves it (None: stays a conflict)."""
+        """Record a conflict; return the strategy that resolves it (None: stays a conflict). A
+        resolution given for a table or schema conflict (``ours``/``theirs``) comes first."""
+        if conflict.key is None and resolvable:
+            found = self.resolutions.find(conflict.kind, conflict.table, None, None)
+            if found is not None:
+                if found.resolution not in ("ours", "theirs"):
+                    raise InvalidOperationError(f"{found.describe()}: a {conflict.kind} conflict is resolved by "
+                                                "'ours' or 'theirs' only")
+                self.resolutions.applied += 1
+                return "dest-wins" if found.resolution == "ours" else "source-wins"
         strategy = _strategy_for(self.strategy, plan.name) if resolvable else None
         if strategy is None:
             self.conflicts.append(conflict)
@@ -551,6 +562,9 @@ class _ThreeWay:
                 plan.stats.converged += 1
                 continue
             if co == "delete" or ct == "delete":
+                if self._resolve_row(plan, "row.delete_modify", kd, None, before, after_o, after_t, merged,
+                                     r_o["_after_rowid"], value_columns):
+                    continue
                 s = self._conflict(plan, Conflict("row.delete_modify", plan.name, kd, (), before, after_o, after_t,
                                                   message=f"deleted on {'dest' if co == 'delete' else 'source'}, "
                                                           f"changed on {'source' if co == 'delete' else 'dest'}"))
@@ -566,6 +580,10 @@ class _ThreeWay:
                 continue
             if co == "insert" or ct == "insert" or self.granularity == "row":
                 kind = "row.insert_insert" if co == "insert" and ct == "insert" else "row.update_update"
+                cells = differing if kind == "row.update_update" else None
+                if self._resolve_row(plan, kind, kd, cells, before, after_o, after_t, merged, r_o["_after_rowid"],
+                                     value_columns):
+                    continue
                 s = self._conflict(plan, Conflict(kind, plan.name, kd, tuple(differing),
                                                   _pick(before, differing), _pick(after_o, differing),
                                                   _pick(after_t, differing)))
@@ -583,7 +601,12 @@ class _ThreeWay:
                     row[c] = full_t.get(c)
                     taken += 1
                 elif c in changed_t and c in changed_o:
-                    conflict_cols.append(c)
+                    picked = self._resolve_cell(plan, kd, c, before, full_o, full_t, merged)
+                    if picked is _UNRESOLVED:
+                        conflict_cols.append(c)
+                    elif not _same(picked, full_o.get(c)):
+                        row[c] = picked
+                        taken += 1
             if conflict_cols:
                 s = self._conflict(plan, Conflict("row.update_update", plan.name, kd, tuple(conflict_cols),
                                                   _pick(before, conflict_cols), _pick(after_o, conflict_cols),
@@ -597,6 +620,62 @@ class _ThreeWay:
                 self._dest_row(plan, kd, r_o["_after_rowid"])
                 plan.stats.cells_merged += taken
                 plan.stats.rows_from_source += 1
+
+    # -- resolutions given by hand (before strategies)
+    def _resolve_cell(self, plan: _TablePlan, key: dict, column: str, before: Mapping[str, Any] | None,
+                      full_o: Mapping[str, Any], full_t: Mapping[str, Any], merged: pa.Schema) -> Any:
+        """The value a resolution picks for one conflicting cell, or ``_UNRESOLVED``."""
+        found = self.resolutions.find("row.update_update", plan.name, _json_text(key), column)
+        if found is None:
+            return _UNRESOLVED
+        self.resolutions.applied += 1
+        if found.resolution == "ours":
+            return full_o.get(column)
+        if found.resolution == "theirs":
+            return full_t.get(column)
+        if found.resolution == "base":
+            return (before or {}).get(column)
+        if column not in found.value:
+            raise InvalidOperationError(f"{found.describe()}: 'value' has no {column!r} (give {{{column!r}: ...}})")
+        return _typed(found, column, found.value[column], merged)
+
+    def _resolve_row(self, plan: _TablePlan, kind: str, key: dict, cells: Sequence[str] | None,
+                     before: Mapping[str, Any] | None, after_o: Mapping[str, Any] | None,
+                     after_t: Mapping[str, Any] | None, merged: pa.Schema, dest_row_id: int | None,
+                     value_columns: Sequence[str]) -> bool:
+        """Apply resolutions to a row-level conflict; False (nothing applied) unless every cell of it
+        is resolved. ``cells``: per-column resolutions (row-granularity updates), else one for the row."""
+        key_text = _json_text(key)
+        full_o = None if after_o is None else _row(key, after_o, value_columns)
+        if cells:
+            found = [self.resolutions.find(kind, plan.name, key_text, c) for c in cells]
+            if any(f is None for f in found):
+                return False
+            row = dict(full_o or _row(key, before, value_columns))
+            for c in cells:
+                row[c] = self._resolve_cell(plan, key, c, before, full_o or {}, _row(key, after_t, value_columns),
+                                            merged) if kind == "row.update_update" else row[c]
+            plan.upserts.append(row)
+            self._dest_row(plan, key, dest_row_id)
+            plan.stats.rows_from_source += 1
+            return True
+        found = self.resolutions.find(kind, plan.name, key_text, None)
+        if found is None:
+            return False
+        self.resolutions.applied += 1
+        if found.resolution == "ours":
+            return True  # dest's row (or its absence) stays
+        if found.resolution == "theirs":
+            self._apply_row(plan, key, after_t, after_t is None, dest_row_id, full_o)
+            return True
+        chosen = before if found.resolution == "base" else {
+            c: _typed(found, c, v, merged) for c, v in found.value.items() if c not in key}
+        if found.resolution == "value":
+            unknown = [c for c in chosen if c not in value_columns]
+            if unknown:
+                raise InvalidOperationError(f"{found.describe()}: no column(s) {unknown} in {plan.name}")
+        self._apply_row(plan, key, chosen, chosen is None, dest_row_id, full_o)
+        return True
 
     def _apply_row(self, plan: _TablePlan, key: dict, after: Mapping[str, Any] | None, delete: bool,
                    dest_row_id: int | None, dest_row: Mapping[str, Any] | None = None) -> None:
@@ -630,6 +709,22 @@ def _changed_columns(d: TableDiff) -> set[str]:
         values = inserts.select(pl.col("after").struct.unnest())
         out.update(c for c in values.columns if values[c].null_count() < values.height)
     return out
+
+
+_UNRESOLVED = object()
+
+
+def _typed(found: Resolution, column: str, value: Any, merged: pa.Schema) -> Any:
+    """A hand-given value, checked against the column's type (a clear error naming the conflict)."""
+    if column not in merged.names:
+        raise InvalidOperationError(f"{found.describe()}: the table has no column {column!r}")
+    if value is None:
+        return None
+    try:
+        return pa.array([value], type=merged.field(column).type)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        raise InvalidOperationError(f"{found.describe()}: value {value!r} does not fit column {column!r} "
+                                    f"({merged.field(column).type})") from None
 
 
 def _row(key: dict, values: Mapping[str, Any] | None, columns: Sequence[str]) -> dict[str, Any]:
@@ -783,8 +878,9 @@ def _publish(repo: Repository, plans: Mapping[str, _TablePlan], dest: str, dest_
 def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: Commit | None,
          base_tables: dict[str, TableVersion] | None, bases: list[Commit], strategy: Any, granularity: str,
          dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
-         merge_commit: bool, engine: str = "local", spark: Any = None) -> MergeResult:
+         merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None) -> MergeResult:
     _validate_options(strategy, granularity)
+    given = resolutions if isinstance(resolutions, Resolutions) else Resolutions.from_data(resolutions)
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     ours = repo.resolve(dest)
@@ -796,8 +892,12 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
             raise InvalidOperationError(f"--strategy names no table of this merge: {', '.join(unknown)} "
                                         f"(tables: {', '.join(sorted(known)) or 'none'})")
     three = _ThreeWay(repo, base, ours, theirs, strategy=strategy, granularity=granularity, base_tables=base_tables,
-                      engine=engine, spark=spark)
+                      engine=engine, spark=spark, resolutions=given)
     three.run()
+    unused = given.unused()
+    if unused:
+        shown = "; ".join(r.describe() for r in unused[:5]) + (f"; … {len(unused) - 5} more" if len(unused) > 5 else "")
+        raise InvalidOperationError(f"{len(unused)} resolution(s) match no conflict of this merge: {shown}")
     result = MergeResult(status="merged", source_ref=source_ref, dest=dest, source=theirs, dest_commit=ours,
                          base=bases, conflicts=three.conflicts, stats={n: p.stats for n, p in three.plans.items()},
                          dry_run=dry_run, strategy=strategy, granularity=granularity)
@@ -808,7 +908,9 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
         return result
     if dry_run:
         return result
-    meta = {"merge.source": source_ref, "merge.source_commit": theirs.id,
+    meta = {"merge.resolved_by_hand": str(given.applied),
+            "merge.resolved_by_strategy": str(sum(p.stats.resolved for p in three.plans.values())),
+            "merge.source": source_ref, "merge.source_commit": theirs.id,
             "merge.base": ",".join(b.id for b in bases), "merge.granularity": granularity,
             **({"merge.strategy": json.dumps(strategy) if not isinstance(strategy, str) else strategy} if strategy else {}),
             **(metadata or {})}
@@ -823,7 +925,8 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, base: 
 def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
           dry_run: bool = False, actor: str | None = None, message: str | None = None,
-          metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None) -> MergeResult:
+          metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
+          resolutions: Any = None) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -843,12 +946,12 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, base=base, base_tables=base_tables, bases=bases,
                 strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor,
                 message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True,
-                engine=engine, spark=spark)
+                engine=engine, spark=spark, resolutions=resolutions)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
                   strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
-                  metadata: Mapping[str, str] | None) -> MergeResult:
+                  metadata: Mapping[str, str] | None, resolutions: Any = None) -> MergeResult:
     """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
     parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
     repo, src, dst = _resolve_inputs(commit, branch, repo)
@@ -861,24 +964,24 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
     default = f"{'Revert' if invert else 'Cherry-pick'} '{picked.message}' ({picked.id[:10]})"
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, base=base, base_tables=None, bases=[base],
                 strategy=strategy, granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
-                metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False)
+                metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False, resolutions=resolutions)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
                 strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
-                metadata: Mapping[str, str] | None = None) -> MergeResult:
+                metadata: Mapping[str, str] | None = None, resolutions: Any = None) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
-                         dry_run=dry_run, actor=actor, message=message, metadata=metadata)
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
            strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
            dry_run: bool = False, actor: str | None = None, message: str | None = None,
-           metadata: Mapping[str, str] | None = None) -> MergeResult:
+           metadata: Mapping[str, str] | None = None, resolutions: Any = None) -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
-                         dry_run=dry_run, actor=actor, message=message, metadata=metadata)
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions)

@@ -30,6 +30,10 @@ def merge_options(fn: Callable) -> Callable:
                      help="junit | sarif | markdown | json | github, to stdout or PATH (repeatable)."),
         click.option("--message", "-m", default=None),
         click.option("--actor", default=None),
+        click.option("--conflicts", "conflicts_file", default=None, metavar="FILE",
+                     help="Write the conflicts table to FILE (.parquet, .csv, .jsonl) to fill in resolutions."),
+        click.option("--resolve", "resolve_file", default=None, metavar="FILE",
+                     help="Resolutions: the conflicts table with 'resolution' (ours|theirs|base|value) and 'value'."),
     ]):
         fn = opt(fn)
     return fn
@@ -50,9 +54,12 @@ def _parse_strategy(values: tuple[str, ...]):
 
 
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
-               actor, engine: str = "auto", spark: Any = None) -> None:
+               actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
+               resolve_file: str | None = None) -> None:
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
+    from trimerge.merge.resolutions import read_table as read_resolutions
+    from trimerge.merge.resolutions import write_table as write_conflicts
 
     repo = obj.repo()
     for spec in reports:
@@ -66,10 +73,13 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
     dest = into or repo.current_branch
     try:
         extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}
+        resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
-                    dry_run=dry_run, actor=actor, message=message, **extra)
+                    dry_run=dry_run, actor=actor, message=message, resolutions=resolutions, **extra)
     except MergeConflictError as exc:
         result = exc.result
+    if conflicts_file and result.conflicts:
+        write_conflicts(result.conflicts_table(), conflicts_file)
     for spec in reports:
         fmt, _, path = spec.partition(":")
         text = result.report(fmt)
@@ -112,8 +122,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
               help="Where the merge's diffs run (revert and cherry-pick read small changes and always run locally).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
-def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, engine,
-              verbose) -> None:
+def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
+              resolve_file, engine, verbose) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
@@ -124,7 +134,8 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
         from trimerge.diff.spark import get_spark
 
         spark = get_spark(verbose=True)
-    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark)
+    _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
+               conflicts_file, resolve_file)
 
 
 @cli.command("revert")
@@ -132,11 +143,13 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
+def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
+               resolve_file) -> None:
     """Undo the changes of COMMIT on a branch (a three-way merge)."""
     from trimerge.merge import revert
 
-    _run_merge(obj, revert, commit_ref, into, strategy, granularity, dry_run, reports, message, actor)
+    _run_merge(obj, revert, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
+               conflicts_file=conflicts_file, resolve_file=resolve_file)
 
 
 @cli.command("cherry-pick")
@@ -144,8 +157,10 @@ def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, r
 @click.option("--into", default=None, help="Branch (default: the current branch).")
 @merge_options
 @common
-def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor) -> None:
+def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
+                    conflicts_file, resolve_file) -> None:
     """Apply the changes of COMMIT to a branch (a three-way merge)."""
     from trimerge.merge import cherry_pick
 
-    _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor)
+    _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
+               conflicts_file=conflicts_file, resolve_file=resolve_file)
