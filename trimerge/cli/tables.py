@@ -67,13 +67,19 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
     saved = os.environ.get("TRIMERGE_ACTOR")
     os.environ["TRIMERGE_ACTOR"] = "demo"  # the merge commit's actor, as for the rest of the story
     try:
+        conflicts, resolved = str(Path(target) / "conflicts.csv"), str(Path(target) / "resolved.csv")
         for args in (["diff", "main...fix-planes", "--stat"],
                      ["diff", "main...fix-planes", "--table", "planes", "--limit", "3"],
-                     ["merge", "fix-planes"],
-                     ["merge", "fix-planes", "--strategy", "planes=source-wins"],
+                     ["merge", "fix-planes", "--conflicts", conflicts],
+                     None,  # the user edits the conflicts file
+                     ["merge", "fix-planes", "--resolve", resolved],
                      ["log", "--graph", "-n", "7"],
                      ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main^1"],
                      ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main"]):
+            if args is None:
+                _fill_resolutions(conflicts, resolved, "theirs")
+                click.echo(f"\n(edit {conflicts}: resolution = theirs, i.e. the branch's 'AIRBUS'; saved as {resolved})")
+                continue
             click.echo("\n$ trimerge " + " ".join(map(_shell_word, args)))
             try:
                 cli.main(args=["-C", repo.uri, *args], prog_name="trimerge", standalone_mode=False)
@@ -84,6 +90,17 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
             os.environ.pop("TRIMERGE_ACTOR", None)
         else:
             os.environ["TRIMERGE_ACTOR"] = saved
+
+
+def _fill_resolutions(conflicts: str, resolved: str, choice: str) -> None:
+    """What a user does by hand in the demo: every conflict of the file resolved as ``choice``."""
+    import pyarrow as pa
+
+    from trimerge.merge.resolutions import read_table, write_table
+
+    table = read_table(conflicts).drop_columns(["resolution", "value"])
+    write_table(table.append_column("resolution", pa.array([choice] * table.num_rows))
+                .append_column("value", pa.array([None] * table.num_rows, pa.string())), resolved)
 
 
 def _shell_word(arg: str) -> str:
