@@ -108,7 +108,7 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
     return out
 
 
-class _Snapshot:
+class Snapshot:
     """One table at one commit, opened lazily."""
 
     def __init__(self, repo: Repository, tv: TableVersion | None):
@@ -136,7 +136,7 @@ def _fork_point(repo: Repository, dataset: str, lance_branch: str) -> tuple[str,
     return repo.table_store.fork_point(dataset, lance_branch)
 
 
-def _fragment_files(snap: _Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
+def fragment_files(snap: Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
     """Map each fragment's resolved data-file paths to (fragment, resolved deletion-file path)."""
     bases = {k: v.path for k, v in snap.ds.base_paths().items()}
     out = {}
@@ -157,7 +157,8 @@ def _fragment_files(snap: _Snapshot) -> dict[tuple[str, ...], tuple[Any, str | N
     return out
 
 
-def _row_ids(snap: _Snapshot, frag: Any) -> pa.Array:
+def stable_row_ids(snap: Snapshot, frag: Any) -> pa.Array:
+    """The stable row ids of one fragment of a snapshot."""
     t = snap.ds.scanner(columns=[], with_row_id=True, fragments=[frag]).to_table()
     return t.column("_rowid").combine_chunks()
 
@@ -179,7 +180,7 @@ def _conform(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
 SCAN_BATCH_ROWS = 131072
 
 
-def _scan(snap: _Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
+def _scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
     """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
     column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
     schema = _empty_with_ids(snap.ds.schema).schema
@@ -195,7 +196,7 @@ def _scan(snap: _Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
         yield _conform(pending, schema)
 
 
-def _take(snap: _Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
+def _take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
     """Rows by stable row id (in that order), with the ids as the last column."""
     if len(row_ids) == 0:
         return _empty_with_ids(snap.ds.schema.empty_table().select(columns).schema)
@@ -209,7 +210,7 @@ TAKE_CHUNK_ROWS = 1024
 DENSE_TAKE_FRACTION = 0.2  # above this share of a table, one scan beats reading rows one by one
 
 
-def _scan_ids(snap: _Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
+def _scan_ids(snap: Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
     """The rows with these (sorted) stable row ids, by one filtered scan of the table."""
     import numpy as np
 
@@ -226,7 +227,7 @@ def _scan_ids(snap: _Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
         raise RuntimeError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
 
 
-def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
+def _take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
     """Every snapshot's rows by stable row id (all columns) as ``(request index, rows)`` slices.
 
     Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
@@ -235,7 +236,7 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[
     import pyarrow.compute as pc
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs: list[tuple[int, _Snapshot, pa.Array]] = []
+    jobs: list[tuple[int, Snapshot, pa.Array]] = []
     for i, (snap, ids) in enumerate(requests):
         ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
         if len(ids) >= DENSE_TAKE_FRACTION * snap.ds.count_rows():
@@ -250,7 +251,7 @@ def _take_all(requests: Sequence[tuple[_Snapshot, pa.Array]]) -> Iterator[tuple[
             yield i, rows
 
 
-def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
+def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
     """Row ids in ``a`` and not in ``b``, sorted and unique. Sorted numpy sets: Arrow's hash-based
     ``is_in`` / ``unique`` took gigabytes at tens of millions of ids."""
     import numpy as np
@@ -268,10 +269,10 @@ def _set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
 class TableDiff:
     """The difference of one table between two snapshots."""
 
-    def __init__(self, name: str, before: _Snapshot, after: _Snapshot, memory_budget: int | None = None):
+    def __init__(self, name: str, before: Snapshot, after: Snapshot, memory_budget: int | None = None):
         self.name = name
-        self._before = before
-        self._after = after
+        self.before_snapshot = before
+        self.after_snapshot = after
         self._memory_budget = memory_budget_bytes(memory_budget)
         self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
@@ -306,22 +307,22 @@ class TableDiff:
     # -- public
     @property
     def primary_key(self) -> tuple[str, ...]:
-        return (self._after.tv or self._before.tv).primary_key
+        return (self.after_snapshot.tv or self.before_snapshot.tv).primary_key
 
     @property
     def before_version(self) -> TableVersion | None:
-        return self._before.tv
+        return self.before_snapshot.tv
 
     @property
     def after_version(self) -> TableVersion | None:
-        return self._after.tv
+        return self.after_snapshot.tv
 
     @property
     def schema_changes(self) -> list[SchemaChange]:
         if self.storage_status != "modified":
             return []
-        return schema_changes(self._before.schema, self._after.schema, self._before.tv.primary_key,
-                              self._after.tv.primary_key)
+        return schema_changes(self.before_snapshot.schema, self.after_snapshot.schema, self.before_snapshot.tv.primary_key,
+                              self.after_snapshot.tv.primary_key)
 
     @property
     def counts(self) -> DiffCounts:
@@ -428,22 +429,22 @@ class TableDiff:
     def compared_columns(self) -> tuple[list[str], list[str], list[str]]:
         """(key, columns on both sides, columns only after) — the columns whose values are compared."""
         key = list(self.primary_key)
-        before = [n for n in (self._before.schema.names if self._before.tv else []) if n not in key]
-        after = [n for n in (self._after.schema.names if self._after.tv else []) if n not in key]
+        before = [n for n in (self.before_snapshot.schema.names if self.before_snapshot.tv else []) if n not in key]
+        after = [n for n in (self.after_snapshot.schema.names if self.after_snapshot.tv else []) if n not in key]
         common = [c for c in after if c in before]
         added = [c for c in after if c not in before]
         return key, common, added
 
     def _side_schemas(self) -> tuple[pa.Schema, pa.Schema]:
         """Each side's candidate schema (columns + stable row id); a missing side borrows the other's."""
-        b, a = self._before, self._after
+        b, a = self.before_snapshot, self.after_snapshot
         sb = b.ds.schema if b.tv else a.ds.schema
         sa = a.ds.schema if a.tv else b.ds.schema
         return tuple(_empty_with_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
 
     def _collect(self, out: CandidateBuffer) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
-        b, a = self._before, self._after
+        b, a = self.before_snapshot, self.after_snapshot
         if self.storage_status == "unchanged":
             return
         if self.storage_status in ("added", "dropped"):
@@ -468,7 +469,7 @@ class TableDiff:
     def _common_version(self) -> int | None:
         """A version ``p`` both sides descend from along Lance lineage (same branch, or one branch
         forked from the other's branch at ``p``), so both can be described by ``delta`` from ``p``."""
-        b, a = self._before, self._after
+        b, a = self.before_snapshot, self.after_snapshot
         repo = b.repo
         if b.tv.lance_branch == a.tv.lance_branch:
             return min(b.tv.version, a.tv.version)
@@ -481,7 +482,7 @@ class TableDiff:
         return None
 
     @staticmethod
-    def _changes_since(snap: _Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
+    def _changes_since(snap: Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
         """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
         ids of rows deleted) on ``snap``'s lineage since ``version``, streamed.
 
@@ -511,7 +512,7 @@ class TableDiff:
     def _delta_candidates(self, common: int, out: CandidateBuffer) -> None:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
-        b, a = self._before, self._after
+        b, a = self.before_snapshot, self.after_snapshot
         rows_b, ids_b, del_b = self._changes_since(b, common)
         rows_a, ids_a, del_a = self._changes_since(a, common)
         for side, parts in ((0, rows_b), (1, rows_a)):
@@ -521,14 +522,14 @@ class TableDiff:
         # A row touched on one side only is fetched from the other: (touched on a) - (touched on b)
         # is read from b and vice versa.
         touched_b, touched_a = pa.concat_arrays([upd_b, del_b]), pa.concat_arrays([upd_a, del_a])
-        fetch_b, fetch_a = _set_minus(touched_a, touched_b), _set_minus(touched_b, touched_a)
+        fetch_b, fetch_a = set_minus(touched_a, touched_b), set_minus(touched_b, touched_a)
         for side, t in _take_all([(b, fetch_b), (a, fetch_a)]):
             out.add(side, t)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
     def _fragment_candidates(self, out: CandidateBuffer) -> None:
-        b, a = self._before, self._after
-        fb, fa = _fragment_files(b), _fragment_files(a)
+        b, a = self.before_snapshot, self.after_snapshot
+        fb, fa = fragment_files(b), fragment_files(a)
         plan = DiffPlan("fragments")
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
@@ -539,9 +540,9 @@ class TableDiff:
                     plan.fragments_skipped += 1
                     continue
                 plan.fragments_deletion_only += 1
-                rb, ra = _row_ids(b, in_b[0]), _row_ids(a, in_a[0])
-                ids_b.append(_set_minus(rb, ra))
-                ids_a.append(_set_minus(ra, rb))
+                rb, ra = stable_row_ids(b, in_b[0]), stable_row_ids(a, in_a[0])
+                ids_b.append(set_minus(rb, ra))
+                ids_a.append(set_minus(ra, rb))
             else:
                 plan.fragments_read += 1
                 side, snap, frag = (0, b, in_b[0]) if in_b else (1, a, in_a[0])
@@ -806,8 +807,8 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
             raise TableNotFoundError(f"no table {', '.join(sorted(missing))} on either side")
         names = [n for n in names if n in wanted]
     for name in names:
-        result.tables[name] = TableDiff(name, _Snapshot(repo, before.tables.get(name)),
-                                        _Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget)
+        result.tables[name] = TableDiff(name, Snapshot(repo, before.tables.get(name)),
+                                        Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget)
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     if engine != "local":

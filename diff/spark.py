@@ -28,7 +28,7 @@ from ulid import ULID
 from trimerge.lineage.errors import TrimergeError
 
 if TYPE_CHECKING:
-    from trimerge.diff.engine import TableDiff, _Snapshot
+    from trimerge.diff.engine import TableDiff, Snapshot
 
 #: Planned candidate rows above which ``engine="auto"`` hands a table's diff to Spark. Chosen from
 #: the crossover measured by ``benchmarks/bench_spark.py`` on a 2-core machine (see README).
@@ -109,14 +109,14 @@ def get_spark(master: str | None = None, memory: str | None = None, *, verbose: 
 
 
 # ------------------------------------------------------------------------------------------ planning
-def _task_base(snap: "_Snapshot") -> dict:
+def _task_base(snap: "Snapshot") -> dict:
     """Where an executor reads one side: the dataset URI, the pinned version and the storage options
     (credentials and endpoint travel with the task, so executors need no configuration of their own)."""
     return {"path": snap.repo.dataset_path(snap.tv), "lance_branch": snap.tv.lance_branch, "version": snap.tv.version,
             "storage_options": snap.repo.table_store.options}
 
 
-def _side_tasks_full(snap: "_Snapshot", fragments: list) -> list[dict]:
+def _side_tasks_full(snap: "Snapshot", fragments: list) -> list[dict]:
     tasks = []
     base = _task_base(snap)
     for frag in fragments:
@@ -130,7 +130,7 @@ def _side_tasks_full(snap: "_Snapshot", fragments: list) -> list[dict]:
     return tasks
 
 
-def _side_tasks_rows(snap: "_Snapshot", ids: pa.Array) -> list[dict]:
+def _side_tasks_rows(snap: "Snapshot", ids: pa.Array) -> list[dict]:
     base = _task_base(snap)
     return [{**base, "mode": "rows", "row_ids": ids.slice(i, IDS_PER_TASK).to_pylist()}
             for i in range(0, len(ids), IDS_PER_TASK)]
@@ -144,9 +144,9 @@ def _live_rows(frag) -> int:
 
 def estimate_rows(td: "TableDiff") -> int:
     """Candidate rows the fragment plan would read, from metadata alone (no row is read)."""
-    from trimerge.diff.engine import _fragment_files
+    from trimerge.diff.engine import fragment_files
 
-    b, a = td._before, td._after
+    b, a = td.before_snapshot, td.after_snapshot
     if td.storage_status == "unchanged":
         return 0
     if td.storage_status == "added":
@@ -155,7 +155,7 @@ def estimate_rows(td: "TableDiff") -> int:
         return b.ds.count_rows()
     if b.tv.dataset != a.tv.dataset:
         return b.ds.count_rows() + a.ds.count_rows()
-    fb, fa = _fragment_files(b), _fragment_files(a)
+    fb, fa = fragment_files(b), fragment_files(a)
     total = 0
     for files in fb.keys() | fa.keys():
         in_b, in_a = fb.get(files), fa.get(files)
@@ -169,9 +169,9 @@ def estimate_rows(td: "TableDiff") -> int:
 
 def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
     """(before tasks, after tasks) of the fragment plan."""
-    from trimerge.diff.engine import _fragment_files, _row_ids, _set_minus
+    from trimerge.diff.engine import fragment_files, stable_row_ids, set_minus
 
-    b, a = td._before, td._after
+    b, a = td.before_snapshot, td.after_snapshot
     if td.storage_status == "unchanged":
         return [], []
     if td.storage_status == "added":
@@ -180,16 +180,16 @@ def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
         return _side_tasks_full(b, b.ds.get_fragments()), []
     if b.tv.dataset != a.tv.dataset:
         return _side_tasks_full(b, b.ds.get_fragments()), _side_tasks_full(a, a.ds.get_fragments())
-    fb, fa = _fragment_files(b), _fragment_files(a)
+    fb, fa = fragment_files(b), fragment_files(a)
     full_b, full_a, ids_b, ids_a = [], [], [], []
     for files in fb.keys() | fa.keys():
         in_b, in_a = fb.get(files), fa.get(files)
         if in_b and in_a:
             if in_b[1] == in_a[1]:
                 continue
-            rb, ra = _row_ids(b, in_b[0]), _row_ids(a, in_a[0])
-            ids_b.append(_set_minus(rb, ra))
-            ids_a.append(_set_minus(ra, rb))
+            rb, ra = stable_row_ids(b, in_b[0]), stable_row_ids(a, in_a[0])
+            ids_b.append(set_minus(rb, ra))
+            ids_a.append(set_minus(ra, rb))
         elif in_b:
             full_b.append(in_b[0])
         else:
@@ -203,7 +203,7 @@ def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
 def pinned(td: "TableDiff") -> Iterator[None]:
     """Lance tags on both snapshots while a Spark job reads them."""
     pins = []
-    for snap in (td._before, td._after):
+    for snap in (td.before_snapshot, td.after_snapshot):
         if snap.tv is None:
             continue
         ds = snap.repo.table_store.dataset(snap.tv.dataset)
@@ -255,8 +255,8 @@ def spark_frame(td: "TableDiff", spark) -> Any:
     from pyspark.sql import functions as F
 
     key, common, added = td.compared_columns()
-    b_schema = td._before.schema if td._before.tv else None
-    a_schema = td._after.schema if td._after.tv else None
+    b_schema = td.before_snapshot.schema if td.before_snapshot.tv else None
+    a_schema = td.after_snapshot.schema if td.after_snapshot.tv else None
     before_tasks, after_tasks = plan_tasks(td)
     ref_schema = a_schema or b_schema
     b_schema = _spark_safe(b_schema or pa.schema([ref_schema.field(k) for k in key]))
@@ -297,8 +297,8 @@ def spark_rows(td: "TableDiff", spark) -> pa.Table:
     key, common, added = td.compared_columns()
     # A side the table is missing from borrows the other side's schema, as the local engine does:
     # an added table's rows carry a typed, all-null ``before`` struct, not a null column.
-    b_schema = (td._before if td._before.tv else td._after).schema
-    a_schema = (td._after if td._after.tv else td._before).schema
+    b_schema = (td.before_snapshot if td.before_snapshot.tv else td.after_snapshot).schema
+    a_schema = (td.after_snapshot if td.after_snapshot.tv else td.before_snapshot).schema
     empty = classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
                      [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
     schema = empty.drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema

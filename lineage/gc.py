@@ -173,7 +173,7 @@ class Collector:
         versions: dict[Location, tuple[list[int], int, int | None]] = {}
         pins: dict[str, list[str]] = {}
         for name in datasets:
-            if not store.has_data(TableVersion(name, "main", 0, "", ())):
+            if not store.has_branch(name):
                 forks[name], pins[name] = [], []  # a half-removed or never-written dataset
                 continue
             info = store.forks(name)

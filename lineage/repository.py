@@ -56,6 +56,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.location import META_DIR, Location
+from trimerge.lineage.marker import REPO_DOC, refuse_to_init
 from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
@@ -66,7 +67,6 @@ from trimerge.lineage.refexpr import resolve as resolve_expr
 from trimerge.lineage.refs import Branch, RefStore, Tag, encode_name, now
 from trimerge.lineage.tablestore import TableStore
 
-REPO_DOC = "repo.json"
 
 #: How long gc keeps the commits of a deleted branch or tag (git keeps unreachable objects 2 weeks).
 DEFAULT_RETENTION = timedelta(days=7)
@@ -153,7 +153,7 @@ class Repository:
         """Create a repository with a root commit on ``main`` ("Repository created")."""
         location = Location.parse(uri, storage_options)
         repo = cls(location)
-        _refuse_to_init(repo)
+        refuse_to_init(location, repo.docs)
         if location.is_local:
             location.path.mkdir(parents=True, exist_ok=True)
         created = now()
@@ -570,22 +570,6 @@ def _listed(value: Any, single: type = str) -> list[Any]:
     import pyarrow as pa
 
     return list(value) if isinstance(value, (list, tuple, pa.Schema)) else []
-
-
-def _refuse_to_init(repo: Repository) -> None:
-    """``init`` never writes over anything: an existing or half-made repository, or one around it."""
-    location = repo.location
-    if repo.docs.read(REPO_DOC, damaged_as_none=True) is not None:
-        raise AlreadyExistsError(f"a trimerge repository exists already at {location.uri}")
-    if repo.docs.backend.children(""):
-        raise AlreadyExistsError(
-            f"{location.join(META_DIR)} exists already (an interrupted init or a damaged repository); "
-            f"init refuses to write over it: check it, and remove {META_DIR}/ yourself only if it holds nothing")
-    for outer in location.ancestors():
-        probe = Documents(outer.backend(META_DIR), outer.join(META_DIR))
-        if probe.backend.get(REPO_DOC) is not None:
-            raise InvalidOperationError(f"{location.uri} lies inside the trimerge repository at {outer.uri}; "
-                                        "create the new repository somewhere else")
 
 
 @dataclass(frozen=True)

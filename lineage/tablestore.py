@@ -95,9 +95,13 @@ class TableStore:
 
     def has_data(self, tv: TableVersion) -> bool:
         """Whether the dataset (and the Lance branch, for a fork) still exists."""
-        folder = _check_component(tv.dataset, "dataset")
-        if tv.lance_branch != "main":
-            folder = f"{folder}/tree/{_check_component(tv.lance_branch, 'Lance branch')}"
+        return self.has_branch(tv.dataset, tv.lance_branch)
+
+    def has_branch(self, dataset: str, lance_branch: str = "main") -> bool:
+        """Whether a Lance branch of a dataset has any version on storage."""
+        folder = _check_component(dataset, "dataset")
+        if lance_branch != "main":
+            folder = f"{folder}/tree/{_check_component(lance_branch, 'Lance branch')}"
         return bool(self.files.list(f"{folder}/_versions"))  # objects: some stores list empty folders
 
     def create(self, dataset: str, table: pa.Table, schema: pa.Schema) -> lance.LanceDataset:

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.engine import TableDiff, _Snapshot
+from trimerge.diff.engine import TableDiff, Snapshot
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
     ConcurrentWriteError,
@@ -320,7 +320,7 @@ class _ThreeWay:
         return plan
 
     def _diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
-        td = TableDiff(name, _Snapshot(self.repo, before), _Snapshot(self.repo, after))
+        td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
         if self.engine != "local" and td.storage_status != "unchanged":
             from trimerge.diff import spark as sp
 
