@@ -28,6 +28,7 @@ import lance
 import polars as pl
 import pyarrow as pa
 
+from trimerge.diff.equality import names_where, same_values
 from trimerge.diff.spill import CandidateBuffer, ChangedRows
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import Commit, TableVersion
@@ -627,10 +628,8 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     compared = list(common) + list(added)
     differs = []
     for c in common:
-        lhs, rhs = pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}")
-        if j.schema[f"b\x00{c}"] != j.schema[f"a\x00{c}"]:
-            lhs = lhs.cast(j.schema[f"a\x00{c}"], strict=False)
-        differs.append(~lhs.eq_missing(rhs))
+        differs.append(~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), j.schema[f"b\x00{c}"],
+                                    j.schema[f"a\x00{c}"]))
     differs += [pl.col(f"a\x00{c}").is_not_null() for c in added]
     both = in_b & in_a
     j = j.with_columns(
@@ -643,7 +642,7 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
         j = j.filter((pl.col("change") != "update") | pl.any_horizontal(flags))
     else:
         j = j.filter(pl.col("change") != "update")
-    j = j.with_columns(_changed_lists(j.select(flags), compared, j.height))
+    j = j.with_columns(names_where(j.select(flags), compared, j.height))
 
     def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
         if not cols:
@@ -662,20 +661,6 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     table = out.to_arrow()
     schema = pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in table.schema])
     return table.cast(schema)
-
-
-def _changed_lists(flags: pl.DataFrame, names: Sequence[str], n: int) -> pl.Series:
-    """Per row (``n`` rows), the names whose flag is set (in column order), built in bulk rather than per row."""
-    import numpy as np
-
-    if not names or n == 0:
-        return pl.Series("changed_columns", [[]] * n, dtype=pl.List(pl.String))
-    matrix = flags.to_numpy().astype(bool, copy=False)
-    rows, cols = np.nonzero(matrix)  # row-major: each row's columns in order
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(matrix.sum(axis=1), out=offsets[1:])
-    values = pa.array(list(names), pa.string()).take(pa.array(cols, pa.int64()))
-    return pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), values)).alias("changed_columns")
 
 
 def _large_to_plain(t: pa.DataType) -> pa.DataType:

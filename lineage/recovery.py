@@ -125,6 +125,9 @@ class Recovery:
 
     def _repair(self, intent: Mapping[str, Any]) -> str:
         repo = self.repo
+        if intent.get("scratch"):  # never to be published (a merge's virtual base): drop its forks
+            self.undo_writes(intent.get("touched", []), None)
+            return "rolled_back"
         branch = repo.refs.branch(intent["branch"])
         if branch is None:
             raise _Unusable(f"branch {intent['branch']!r} is gone")
@@ -158,11 +161,11 @@ class Recovery:
                 return False
         return True
 
-    def undo_writes(self, touched: Iterable[Mapping[str, Any]], tip: Commit) -> list[str]:
+    def undo_writes(self, touched: Iterable[Mapping[str, Any]], tip: Commit | None) -> list[str]:
         """Make every Lance branch a failed write touched agree with ``tip`` again; drop what it created.
         Returns what had to be undone (empty: the write failed before changing anything)."""
         store = self.repo.table_store
-        at_tip = {(tv.dataset, tv.lance_branch): tv for tv in tip.tables.values()}
+        at_tip = {(tv.dataset, tv.lance_branch): tv for tv in (tip.tables.values() if tip else [])}
         undone = []
         for item in touched:
             key = (item["dataset"], item["lance_branch"])

@@ -47,6 +47,8 @@ class Transaction:
     concurrent writers queue up (each on top of the previous one) or get a retryable
     :class:`ConcurrentWriteError` after ``lock_timeout`` seconds."""
 
+    scratch = False  # see ScratchTransaction
+
     def __init__(self, repo: "Repository", branch: str, *, actor: str, message: str | None,
                  metadata: Mapping[str, str] | None):
         self.repo = repo
@@ -111,6 +113,8 @@ class Transaction:
             "base": self._base.id, "actor": self.actor, "message": self.message or "",
             "touched": list(self._touched.values()), "refers": list(self._refers),
         }
+        if self.scratch:
+            doc["scratch"] = True
         if commit is not None:
             doc["commit"] = commit.to_json()
         self._lock.renew_if_due()
@@ -505,3 +509,42 @@ class Transaction:
         for lock in (self._lock, self._schema_lock):
             if lock is not None:
                 lock.release(untouched=untouched)
+
+
+class ScratchTransaction(Transaction):
+    """Table versions written for a computation and never published: a merge's virtual base.
+
+    It starts from ``tables`` (read as of ``base``) and forks every table it writes, so nothing it
+    does is visible on any branch. Like any transaction it records an intent, so gc keeps its forks
+    while it is open and recovery drops them after a crash; :meth:`close` drops them."""
+
+    scratch = True
+
+    def __init__(self, repo: "Repository", tables: Mapping[str, TableVersion], base: Commit, purpose: str):
+        ulid = str(ULID())
+        super().__init__(repo, f"__scratch_{ulid.lower()}__", actor="trimerge:scratch", message=purpose,
+                         metadata=None)
+        self.ulid = ulid
+        self._start = (dict(tables), base)
+
+    def begin(self) -> None:
+        self.repo.check_writable()
+        tables, base = self._start
+        self._lock = self.repo.lock_branch(self.branch_name, f"scratch {self.ulid}")
+        self._branch = Branch(self.branch_name, base.id, self.ulid, now(), None)
+        self._base = base
+        self._tables = dict(tables)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def table_versions(self) -> dict[str, TableVersion]:
+        """The tables as written so far (valid until :meth:`close`)."""
+        return dict(self._tables)
+
+    def publish(self) -> Commit | None:
+        raise InvalidOperationError("a scratch transaction is never published")
+
+    def close(self) -> None:
+        """Drop every fork this scratch created."""
+        self.abort()

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 import trimerge
 from trimerge.cli import cli
-from trimerge.merge import engine as merge_engine
+from trimerge.merge import plan as merge_plan
+from trimerge.merge import publish as merge_publish
 
 SRC, DST = "feature", "main"
 
@@ -248,14 +249,14 @@ def test_missing_repository_exits_2(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- exit 3
 def test_lost_race_exits_3(clean_repo, monkeypatch):
-    original = merge_engine._ThreeWay.run
+    original = merge_plan.ThreeWay.run
     writer = trimerge.Repository.open(clean_repo.uri)
 
     def run_then_move_dest(self):
         original(self)
         writer.upsert("t", tbl(id=[2], a=[200], b=["y"]), branch=DST)
 
-    monkeypatch.setattr(merge_engine._ThreeWay, "run", run_then_move_dest)
+    monkeypatch.setattr(merge_plan.ThreeWay, "run", run_then_move_dest)
     res = run_cli(clean_repo.uri, "merge", SRC, "--into", DST)
     assert res.exit_code == 3
     assert "retry" in res.stderr

@@ -250,7 +250,7 @@ def test_json_has_the_documented_stable_keys(conflicted, clean, up_to_date):
         assert doc["format"] == "trimerge-merge-report" and doc["version"] == 1
         assert doc["status"] == result.status
         assert doc["source"] == {"ref": result.source_ref, "commit": result.source.id}
-        assert doc["dest"] == {"branch": result.dest, "commit": result.dest_commit.id}
+        assert doc["dest"] == {"ref": result.dest_ref, "branch": result.dest, "commit": result.dest_commit.id}
         assert doc["base"] == [b.id for b in result.base]
         assert doc["commit"] == (result.commit.id if result.commit else None)
         assert set(doc["stats"]) == set(result.stats)

@@ -23,8 +23,8 @@ from trimerge.lineage.errors import (
     TrimergeError,
 )
 from trimerge.merge import Conflict, MergeConflictError, MergeResult, cherry_pick, merge, revert
-from trimerge.merge import engine as merge_engine
-from trimerge.merge.engine import MergeBaseError
+from trimerge.merge import plan as merge_plan
+from trimerge.merge import publish as merge_publish
 
 SRC, DST = "feature", "main"
 
@@ -1012,7 +1012,7 @@ def test_unknown_refs_and_bad_options_are_typed_errors(tmp_path):
 def test_dest_moving_during_the_merge_is_a_retryable_concurrent_write_error(tmp_path, monkeypatch):
     repo = new_repo(tmp_path)
     upsert(repo, SRC, id=[1], a=[10], b=["x1"])
-    original = merge_engine._ThreeWay.run
+    original = merge_plan.ThreeWay.run
     moved = {}
 
     def run_then_move_dest(self):
@@ -1020,7 +1020,7 @@ def test_dest_moving_during_the_merge_is_a_retryable_concurrent_write_error(tmp_
         if not moved:  # another writer publishes on dest after the plan was computed
             moved["commit"] = upsert(repo, DST, id=[2], a=[20], b=["x2"])
 
-    monkeypatch.setattr(merge_engine._ThreeWay, "run", run_then_move_dest)
+    monkeypatch.setattr(merge_plan.ThreeWay, "run", run_then_move_dest)
     with pytest.raises(ConcurrentWriteError) as info:
         merge(SRC, DST, repo=repo)
     assert info.value.retryable and info.value.exit_code == 3
@@ -1038,13 +1038,13 @@ def test_two_merges_racing_into_one_branch_publish_one_and_refuse_the_other(tmp_
     upsert(repo, "other", id=[2], a=[20], b=["x2"])
     tip = repo.resolve(DST).id
     barrier = threading.Barrier(2, timeout=60)
-    original = merge_engine._ThreeWay.run
+    original = merge_plan.ThreeWay.run
 
     def run_then_wait(self):
         original(self)
         barrier.wait()  # both plans are computed against the same dest tip before either publishes
 
-    monkeypatch.setattr(merge_engine._ThreeWay, "run", run_then_wait)
+    monkeypatch.setattr(merge_plan.ThreeWay, "run", run_then_wait)
     outcomes: dict[str, object] = {}
 
     def go(source):
@@ -1073,12 +1073,12 @@ def test_publish_with_a_stale_dest_tip_raises_and_leaves_no_trace(tmp_path):
     upsert(repo, DST, id=[2], a=[20], b=["x2"])
     tip = repo.resolve(DST)
     with pytest.raises(ConcurrentWriteError):
-        merge_engine._publish(repo, {}, DST, stale, [repo.resolve(SRC).id], [], "x", "m", {})
+        merge_publish.publish(repo, {}, DST, stale, [repo.resolve(SRC).id], [], "x", "m", {})
     assert repo.resolve(DST).id == tip.id
     upsert(repo, DST, id=[3], a=[30], b=["x3"])  # the branch is not left locked
 
 
-def test_criss_cross_history_with_disagreeing_bases_is_a_merge_base_error(tmp_path):
+def test_criss_cross_history_merges_through_a_virtual_base_and_leaves_no_scratch(tmp_path):
     repo = new_repo(tmp_path, {"t": (base_t(), ["id"]), "u": (base_t(), ["id"])})
     a1 = upsert(repo, DST, id=[1], a=[10], b=["x1"])
     b1 = upsert(repo, SRC, table="u", id=[1], a=[10], b=["x1"])
@@ -1086,8 +1086,13 @@ def test_criss_cross_history_with_disagreeing_bases_is_a_merge_base_error(tmp_pa
     merge(a1.id, SRC, repo=repo)
     assert len(repo.merge_bases(SRC, DST)) == 2
     upsert(repo, SRC, id=[5], a=[50], b=["x5"])
-    with pytest.raises(MergeBaseError):
-        merge(SRC, DST, repo=repo)
+    result = merge(SRC, DST, repo=repo)
+    assert result.virtual_base and result.status == "merged" and not result.conflicts
+    assert result.commit.metadata["merge.virtual_base"] == "recursive"
+    assert keyed(repo, "t")[1]["a"] == 10 and keyed(repo, "t")[5]["a"] == 50
+    assert keyed(repo, "u")[1]["a"] == 10
+    assert not repo.docs.list("intents")  # the scratch that held the virtual base is gone
+    assert not any(name.startswith("__scratch") for name in repo.refs.branch_names(include_internal=True))
 
 
 def test_merge_back_between_sibling_branches(tmp_path):

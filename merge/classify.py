@@ -1,0 +1,158 @@
+"""Classify every changed key of a table once, vectorised, into one merge operation.
+
+Input: the rows of the two diffs base→dest (``ours``) and base→source (``theirs``). A key the
+source changed and dest did not is ``source_only``; a key both changed is one of:
+
+=================  ============================================================================
+``converged``      both deleted it, or both left it with the same values
+``delete_modify``  deleted on one side, changed on the other
+``insert_insert``  inserted on both with different values
+``update_update``  updated on both with different values, at row granularity (a row conflict)
+``cells``          updated on both, at cell granularity: ``take_cols`` are the source's cells to
+                   take, ``conflict_cols`` the cells both changed differently
+=================  ============================================================================
+
+Keys only dest changed need nothing and are never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from trimerge.diff.equality import names_where, same_values
+
+SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
+    "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")
+#: Operations that are a conflict of the whole row.
+ROW_CONFLICTS = (DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE)
+#: Where the flattened values of each side live in :attr:`Classified.overlap`.
+SIDES = ("o", "t", "b")
+
+
+def col(side: str, column: str) -> str:
+    """Name of ``side``'s value of ``column`` in the overlap frame (``o``: dest, ``t``: source, ``b``: base)."""
+    return f"{side}\x00{column}"
+
+
+@dataclass
+class Classified:
+    """One table's changed keys, by operation.
+
+    ``source_only``: the source's diff rows for keys dest did not change. ``overlap``: one row per
+    key both changed with ``op``; the key; each side's values flattened per value column (see
+    :func:`col`, in the merged schema's types where they convert, so they can be written) and
+    ``has_o``/``has_t``/``has_b`` (whether that side has the row); ``dest_rowid`` (dest's current
+    row, if any); ``take_cols`` and ``conflict_cols`` (lists, for ``cells``) and ``differing``
+    (every column whose final values differ)."""
+
+    source_only: pl.DataFrame
+    overlap: pl.DataFrame
+    key: list[str]
+    value_columns: list[str]
+
+    def of(self, *ops: str) -> pl.DataFrame:
+        return self.overlap.filter(pl.col("op").is_in(list(ops)))
+
+
+def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Schema, granularity: str) -> Classified:
+    """Classify the keys of the source's changes ``theirs`` against dest's changes ``ours`` (both as
+    :meth:`TableDiff.rows_with_row_ids`)."""
+    key = list(key)
+    value_columns = [f.name for f in merged if f.name not in key]
+    pt = pl.from_arrow(theirs)
+    po = pl.from_arrow(ours)
+    assert isinstance(pt, pl.DataFrame) and isinstance(po, pl.DataFrame)
+    if not po.height:
+        return Classified(pt, _empty_overlap(key, value_columns), key, value_columns)
+    keys_o = po.select(key)
+    source_only = pt.join(keys_o, on=key, how="anti", nulls_equal=True)
+    both_t = pt.join(keys_o, on=key, how="semi", nulls_equal=True)
+    if not both_t.height:
+        return Classified(source_only, _empty_overlap(key, value_columns), key, value_columns)
+    both_o = po.join(both_t.select(key), on=key, how="semi", nulls_equal=True)
+    j = both_o.select(*key, pl.col("change").alias("change_o"), pl.col("changed_columns").alias("changed_o"),
+                      pl.col("before").alias("before_o"), pl.col("after").alias("after_o"),
+                      pl.col("_after_rowid").alias("dest_rowid")).join(
+        both_t.select(*key, pl.col("change").alias("change_t"), pl.col("changed_columns").alias("changed_t"),
+                      pl.col("before").alias("before_t"), pl.col("after").alias("after_t")),
+        on=key, how="inner", nulls_equal=True)
+    j = _flatten(j, merged, value_columns)
+    return Classified(source_only, _operations(j, value_columns, granularity), key, value_columns)
+
+
+def _struct_fields(frame: pl.DataFrame, column: str) -> list[str]:
+    dtype = frame.schema[column]
+    return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
+
+
+def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl.DataFrame:
+    """Each side's values as plain columns. Values are compared in their own types (``raw``) and
+    kept for writing in the merged type; a source column that does not convert (a type conflict
+    dest keeps) is written with dest's values."""
+    fo, ft = _struct_fields(j, "after_o"), _struct_fields(j, "after_t")
+    fb_o, fb_t = _struct_fields(j, "before_o"), _struct_fields(j, "before_t")
+    exprs = [pl.col("after_o").is_not_null().alias("has_o"), pl.col("after_t").is_not_null().alias("has_t"),
+             (pl.col("before_o").is_not_null() | pl.col("before_t").is_not_null()).alias("has_b")]
+    for c in value_columns:
+        exprs.append(pl.col("after_o").struct.field(c).alias(col("o", c)) if c in fo else pl.lit(None).alias(col("o", c)))
+        # A column the source lacks (it dropped it, or dest added it) keeps dest's value there.
+        exprs.append(pl.col("after_t").struct.field(c).alias(col("t", c)) if c in ft else
+                     pl.col("after_o").struct.field(c).alias(col("t", c)) if c in fo else pl.lit(None).alias(col("t", c)))
+        base = [pl.col(s).struct.field(c) for s, fields in (("before_o", fb_o), ("before_t", fb_t)) if c in fields]
+        exprs.append(pl.coalesce(base).alias(col("b", c)) if base else pl.lit(None).alias(col("b", c)))
+    flat = j.with_columns(exprs)
+    # Final values differ? Compared before any cast, under the diff's equality rule.
+    differ = [(pl.col("has_o") & pl.col("has_t") &
+               ~same_values(pl.col(col("o", c)), pl.col(col("t", c)), flat.schema[col("o", c)],
+                            flat.schema[col("t", c)])).alias(f"\x00d{i}") for i, c in enumerate(value_columns)]
+    flat = flat.with_columns(differ)
+    casts = []
+    for c in value_columns:
+        target = pl.from_arrow(pa.table({c: pa.array([], merged.field(c).type)})).schema[c]
+        for side in SIDES:
+            name = col(side, c)
+            if flat.schema[name] == target:
+                continue
+            try:
+                flat.select(pl.col(name).cast(target, strict=True))
+                casts.append(pl.col(name).cast(target))
+            except (pl.exceptions.PolarsError, pa.ArrowException):
+                casts.append((pl.col(col("o", c)) if side == "t" else pl.lit(None)).cast(target, strict=False).alias(name))
+    return flat.with_columns(casts) if casts else flat
+
+
+def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> pl.DataFrame:
+    n = j.height
+    d = j.select([f"\x00d{i}" for i in range(len(value_columns))])
+    j = j.with_columns(names_where(d, value_columns, n, "differing"))
+    changed_o = [pl.col("changed_o").list.contains(c).fill_null(False) for c in value_columns]
+    changed_t = [pl.col("changed_t").list.contains(c).fill_null(False) for c in value_columns]
+    flags = j.select(
+        *[(pl.col(f"\x00d{i}") & changed_t[i] & ~changed_o[i]).alias(f"\x00take{i}") for i in range(len(value_columns))],
+        *[(pl.col(f"\x00d{i}") & changed_t[i] & changed_o[i]).alias(f"\x00both{i}") for i in range(len(value_columns))])
+    take = names_where(flags.select([f"\x00take{i}" for i in range(len(value_columns))]), value_columns, n, "take_cols")
+    both = names_where(flags.select([f"\x00both{i}" for i in range(len(value_columns))]), value_columns, n,
+                       "conflict_cols")
+    deleted_o, deleted_t = pl.col("change_o") == "delete", pl.col("change_t") == "delete"
+    inserted_o, inserted_t = pl.col("change_o") == "insert", pl.col("change_t") == "insert"
+    op = (pl.when(deleted_o & deleted_t).then(pl.lit(CONVERGED))
+          .when(deleted_o | deleted_t).then(pl.lit(DELETE_MODIFY))
+          .when(pl.col("differing").list.len() == 0).then(pl.lit(CONVERGED))
+          .when(inserted_o & inserted_t).then(pl.lit(INSERT_INSERT))
+          .when(inserted_o | inserted_t | pl.lit(granularity == "row")).then(pl.lit(UPDATE_UPDATE))
+          .otherwise(pl.lit(CELLS)).alias("op"))
+    j = j.with_columns(take, both, op).drop([f"\x00d{i}" for i in range(len(value_columns))])
+    # A row conflict of updates settles cell by cell too: every differing cell is in conflict.
+    row_level = pl.col("op") == UPDATE_UPDATE
+    return j.with_columns(pl.when(row_level).then(pl.col("differing")).otherwise(pl.col("conflict_cols"))
+                          .alias("conflict_cols"),
+                          pl.when(row_level).then(pl.col("take_cols").list.head(0)).otherwise(pl.col("take_cols"))
+                          .alias("take_cols"))
+
+
+def _empty_overlap(key: list[str], value_columns: list[str]) -> pl.DataFrame:
+    return pl.DataFrame({"op": pl.Series([], dtype=pl.String)})

@@ -1,0 +1,213 @@
+"""The three-way table at table level, and the planning of each table's merge.
+
+Per table, with base B, ours O (the destination) and theirs T (the source): changed on one side
+only → taken from that side without touching data (dest points at the source's Lance version);
+added on one side → added; dropped on one side and unchanged on the other → dropped; dropped vs
+modified → ``table.drop_modify``; added on both → merged row by row against an empty base if keys
+and schemas agree, else ``table.add_add``; changed on both → schema merge
+(:mod:`trimerge.merge.schema`), then every changed key classified once
+(:mod:`trimerge.merge.classify`) and folded into row edits (:mod:`trimerge.merge.rows`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from trimerge.diff.engine import Snapshot, TableDiff
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.errors import InvalidOperationError
+from trimerge.lineage.repository import Repository
+from trimerge.merge.classify import classify
+from trimerge.merge.edits import TablePlan
+from trimerge.merge.resolve import BASE, OURS, THEIRS, Resolver
+from trimerge.merge.result import Conflict
+from trimerge.merge.rows import fold
+from trimerge.merge.schema import merge_schema
+
+Tables = Mapping[str, TableVersion]
+
+
+def _location(tv: TableVersion | None) -> tuple[str, str, int] | None:
+    return tv.location if tv else None
+
+
+class ThreeWay:
+    """Plans the merge of every table of ``ours`` (dest) and ``theirs`` (source) against ``base``.
+
+    ``base_is_scratch``: the base tables are a virtual base that is never published, so no
+    table may be set to them (their values are copied instead)."""
+
+    def __init__(self, repo: Repository, base: Tables, ours: Tables, theirs: Tables, *, resolver: Resolver,
+                 granularity: str, engine: str = "local", spark: Any = None, base_is_scratch: bool = False):
+        self.repo = repo
+        self.base, self.ours, self.theirs = dict(base), dict(ours), dict(theirs)
+        self.resolver = resolver
+        self.granularity = granularity
+        self.engine = engine
+        self.spark = spark
+        self.base_is_scratch = base_is_scratch
+        self.conflicts: list[Conflict] = []
+        self.plans: dict[str, TablePlan] = {}
+
+    def run(self) -> dict[str, TablePlan]:
+        for name in sorted(self.base.keys() | self.ours.keys() | self.theirs.keys()):
+            self.plans[name] = self.table(name)
+        return self.plans
+
+    def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
+        td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
+        if self.engine != "local" and td.storage_status != "unchanged":
+            from trimerge.diff import spark as sp
+
+            if self.engine == "spark" or sp.estimate_rows(td) > sp.spark_threshold():
+                self.spark = self.spark or sp.get_spark()
+                td.use_spark(self.spark)
+        return td
+
+    # -- conflicts about whole tables
+    def report(self, plan: TablePlan, conflict: Conflict) -> None:
+        self.conflicts.append(conflict)
+
+    def table_conflict(self, plan: TablePlan, conflict: Conflict) -> TablePlan:
+        """Settle a conflict about a whole table: dest's table, the source's, or the base's."""
+        name = plan.name
+        decision = self.resolver.decide_table(conflict)
+        if decision is None:
+            self.conflicts.append(conflict)
+            plan.stats.conflicts += 1
+            plan.stats.action = "conflict"
+            return plan
+        if decision.by == "strategy":
+            plan.stats.resolved += 1
+        return self.take(plan, {OURS: self.ours, THEIRS: self.theirs, BASE: self.base}[decision.choice].get(name),
+                         decision.choice)
+
+    def take(self, plan: TablePlan, tv: TableVersion | None, side: str) -> TablePlan:
+        """Make dest's table ``tv`` (None: no table) without touching data."""
+        current = self.ours.get(plan.name)
+        if _location(tv) == _location(current):
+            plan.stats.action = "kept"
+        elif tv is None:
+            plan.drop, plan.stats.action = True, "dropped"
+        else:
+            if side == BASE and self.base_is_scratch:
+                raise InvalidOperationError(f"table {plan.name}: going back to the merge base is not possible when "
+                                            "the base is virtual (a criss-cross history); resolve with ours or theirs")
+            plan.set_to, plan.stats.action = tv, "taken"
+        return plan
+
+    # -- table level
+    def table(self, name: str) -> TablePlan:
+        b, o, t = self.base.get(name), self.ours.get(name), self.theirs.get(name)
+        plan = TablePlan(name)
+        if _location(o) == _location(t):
+            plan.stats.action = "unchanged" if _location(o) == _location(b) else "dropped" if o is None else "kept"
+            return plan
+        if _location(t) == _location(b):
+            plan.stats.action = "kept"  # only dest changed
+            return plan
+        if b is None:
+            if o is None:  # added on the source only
+                plan.set_to, plan.stats.action = t, "added"
+                plan.stats.rows_from_source = self.repo.open_table_version(t).count_rows()
+                return plan
+            return self.add_add(plan, o, t)
+        if o is not None and _location(o) == _location(b):
+            # Only the source changed it (or dropped it): take the source's table as is.
+            if t is None:
+                plan.drop, plan.stats.action = True, "dropped"
+            else:
+                plan.set_to, plan.stats.action = t, "taken"
+                plan.stats.rows_from_source = self.diff(name, b, t).counts.rows_changed
+            return plan
+        if o is None and t is None:
+            plan.stats.action = "dropped"
+            return plan
+        if o is None or t is None:
+            return self.drop_modify(plan, b, o, t)
+        if self.granularity == "table":
+            if not self.diff(name, b, o).changed:
+                return self.take(plan, t, THEIRS)
+            if not self.diff(name, b, t).changed:
+                plan.stats.action = "kept"
+                return plan
+            return self.table_conflict(plan, Conflict("table.update_update", name, message="changed on both sides"))
+        return self.merge_rows(plan, b, o, t)
+
+    def drop_modify(self, plan: TablePlan, b: TableVersion, o: TableVersion | None, t: TableVersion | None) -> TablePlan:
+        if not self.diff(plan.name, b, o or t).changed:
+            plan.drop = o is not None  # dropped on one side, unchanged on the other: dropped
+            plan.stats.action = "dropped"
+            return plan
+        side = ("dest", "source") if o is None else ("source", "dest")
+        return self.table_conflict(plan, Conflict("table.drop_modify", plan.name,
+                                                  message=f"dropped on {side[0]}, modified on {side[1]}"))
+
+    def add_add(self, plan: TablePlan, o: TableVersion, t: TableVersion) -> TablePlan:
+        so = self.repo.open_table_version(o).schema
+        st = self.repo.open_table_version(t).schema
+        same_schema = {(f.name, f.type) for f in so} == {(f.name, f.type) for f in st}
+        if o.primary_key != t.primary_key or not same_schema:
+            return self.table_conflict(plan, Conflict("table.add_add", plan.name,
+                                                      message="added on both sides with different keys or schemas"))
+        return self.merge_rows(plan, None, o, t)
+
+    # -- schema, then rows
+    def merge_rows(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> TablePlan:
+        name = plan.name
+        d_o, d_t = self.diff(name, b, o), self.diff(name, b, t)
+        if b is not None and not d_o.changed:
+            plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
+            plan.stats.rows_from_source = d_t.counts.rows_changed
+            return plan
+        if b is not None and not d_t.changed:
+            plan.stats.action = "kept"
+            return plan
+        sb = self.repo.open_table_version(b).schema if b else None
+        so, st = self.repo.open_table_version(o).schema, self.repo.open_table_version(t).schema
+        schema = merge_schema(name, sb, so, st, b.primary_key if b else None, o.primary_key, t.primary_key,
+                              changed_columns(d_o), changed_columns(d_t), lambda c: self.decide_column(plan, c))
+        if schema.table_conflict is not None:
+            return self.table_conflict(plan, schema.table_conflict)
+        if schema.to_base:
+            return self.take(plan, b, BASE)
+        plan.merged_schema = schema.schema
+        plan.add_columns, plan.widen, plan.drop_columns = schema.add_columns, schema.widen, schema.drop_columns
+        plan.restore_columns, plan.restore_from = schema.restore_columns, t if schema.restore_columns else None
+        plan.stats.schema_changes = schema.changes
+        ro, rt = d_o.rows_with_row_ids(), d_t.rows_with_row_ids()
+        if not rt.num_rows:
+            plan.stats.action = "merged" if plan.add_columns or plan.drop_columns or plan.widen else "kept"
+            return plan
+        classified = classify(ro, rt, o.primary_key, schema.schema, self.granularity)
+        fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
+        plan.stats.action = "merged"
+        return plan
+
+    def decide_column(self, plan: TablePlan, conflict: Conflict) -> str | None:
+        """A column conflict: recorded if unresolved; the choice that settles it otherwise."""
+        decision = self.resolver.decide_table(conflict)
+        if decision is None:
+            self.conflicts.append(conflict)
+            plan.stats.conflicts += 1
+            return None
+        if decision.by == "strategy":
+            plan.stats.resolved += 1
+        return decision.choice
+
+
+def changed_columns(d: TableDiff) -> set[str]:
+    """Columns whose values a side changed: updated cells, and non-null values of inserted rows."""
+    import polars as pl
+
+    rows = d.rows()
+    if not rows.num_rows:
+        return set()
+    out = set(pl.from_arrow(rows.column("changed_columns")).explode().drop_nulls().unique().to_list())
+    frame = pl.from_arrow(rows.select(["change", "after"]))
+    inserts = frame.filter(pl.col("change") == "insert")
+    if inserts.height and isinstance(inserts.schema["after"], pl.Struct):
+        values = inserts.select(pl.col("after").struct.unnest())
+        out.update(c for c in values.columns if values[c].null_count() < values.height)
+    return out
+

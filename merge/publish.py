@@ -1,0 +1,84 @@
+"""Applying table plans: to dest in one transaction (the merge commit), or to a scratch
+transaction that is never published (a virtual merge base)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from trimerge.lineage.commit import Commit
+from trimerge.lineage.errors import ConcurrentWriteError
+from trimerge.lineage.repository import Repository
+from trimerge.merge.edits import TablePlan, conform_rows
+
+
+def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> None:
+    """Write every plan through ``tx`` (a :class:`~trimerge.lineage.transaction.Transaction`)."""
+    for name, plan in sorted(plans.items()):
+        if plan.drop:
+            tx.drop_table(name)
+        elif plan.set_to is not None:
+            tx.set_table(name, plan.set_to)
+        if plan.writes:
+            _apply_writes(repo, tx, name, plan)
+
+
+def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:
+    if plan.drop_columns:
+        tx.drop_columns(name, plan.drop_columns)
+    for column, dtype in plan.widen:
+        tx.alter_column(name, column, dtype)
+    if plan.add_columns:
+        tx.add_columns(name, [f.with_nullable(True) for f in plan.add_columns])
+    if plan.restore_columns:
+        _restore_columns(repo, tx, name, plan)
+    schema = tx.schema(name)
+    rows = pa.concat_tables([conform_rows(p, schema) for p in plan.upserts]).cast(schema) if plan.upserts else None
+    if plan.ids_complete and plan.dest_row_keys:
+        key_schema = pa.schema([schema.field(c) for c in plan.dest_row_keys[0].column_names])
+        keys = pa.concat_tables([k.cast(key_schema) for k in plan.dest_row_keys])
+        ids = pa.concat_arrays(plan.dest_row_ids).to_pylist()
+        if tx.replace_rows(name, ids, keys, rows if rows is not None else schema.empty_table()):
+            return
+    if plan.deletes:
+        tx.delete_keys(name, pa.concat_tables(plan.deletes, promote_options="permissive"))
+    if rows is not None:
+        tx.upsert(name, rows)
+
+
+def _restore_columns(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:
+    """Fill columns dest had dropped with the source's values for every row (a rare, whole-table
+    write: a drop/modify conflict resolved in favour of the source)."""
+    key = list(plan.restore_from.primary_key)
+    source = pl.from_arrow(repo.open_table_version(plan.restore_from).to_table(columns=key + plan.restore_columns))
+    current = pl.from_arrow(tx.read(name)).drop(plan.restore_columns)
+    schema = tx.schema(name)
+    filled = current.join(source, on=key, how="left").select(schema.names).to_arrow()
+    tx.overwrite(name, conform_rows(filled, schema).cast(schema))
+    plan.ids_complete = False  # every row was rewritten: row ids changed
+
+
+def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_tip: Commit,
+            extra_parents: Sequence[str], refers: Sequence[str], actor: str | None, message: str,
+            metadata: Mapping[str, str] | None) -> Commit | None:
+    """One commit on ``dest`` applying ``plans`` (None: nothing to publish). Refused with a
+    retryable error if ``dest`` moved since ``dest_tip`` was read."""
+    tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
+    tx.begin()
+    try:
+        if tx.base.id != dest_tip.id:
+            raise ConcurrentWriteError(f"branch {dest!r} moved while merging; refresh and retry")
+        for commit_id in refers:
+            tx.refer(commit_id)
+        apply_plans(repo, tx, plans)
+        for p in extra_parents:
+            tx.add_parent(p)
+        if not extra_parents and not tx.has_changes:
+            tx.abort()
+            return None
+        return tx.publish()
+    except BaseException:
+        tx.abort()
+        raise

@@ -1,0 +1,232 @@
+"""The fold: classified keys → decided conflicts → one set of row edits, vectorised.
+
+Per key both sides changed, each conflicting cell (or conflicting row) gets a choice from the
+:class:`Resolver`; every value column's final value is then one expression over the flattened
+sides (take the source's cell, or the chosen side's, or keep dest's), and only rows whose final
+values differ from dest's are written. Python touches rows one by one only for conflicts that
+stay unresolved (to report them) and for resolutions given by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import polars as pl
+import pyarrow as pa
+
+from trimerge.diff.equality import same_values
+from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col
+from trimerge.merge.edits import TablePlan, conform_rows
+from trimerge.merge.resolve import BASE, OURS, THEIRS, VALUE, Resolver, given_row, typed_value
+from trimerge.merge.result import Conflict, json_text
+
+Report = Callable[[Conflict], None]
+_KIND = {DELETE_MODIFY: "row.delete_modify", INSERT_INSERT: "row.insert_insert", UPDATE_UPDATE: "row.update_update",
+         CELLS: "row.update_update"}
+
+
+def fold(plan: TablePlan, cl: Classified, resolver: Resolver, merged: pa.Schema, report: Report) -> None:
+    """Add the row edits of one table to ``plan``; unresolved conflicts go to ``report``."""
+    take_source_rows(plan, cl.source_only, cl.key, merged)
+    ov = cl.overlap
+    if not ov.height:
+        return
+    plan.stats.converged += ov.filter(pl.col("op") == CONVERGED).height
+    _fold_cells(plan, cl, ov.filter(pl.col("op").is_in([CELLS, UPDATE_UPDATE])), resolver, merged, report)
+    _fold_rows(plan, cl, ov.filter(pl.col("op").is_in([DELETE_MODIFY, INSERT_INSERT])), resolver, merged, report)
+
+
+def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> None:
+    """Keys only the source changed: dest still holds their base image (at the base's row id), so
+    the source's row replaces it; columns the source lacks keep the base image's values."""
+    if not rows.height:
+        return
+    deletes = rows.filter(pl.col("change") == "delete")
+    if deletes.height:
+        plan.deletes.append(deletes.select(key).to_arrow())
+    existing = rows.filter(pl.col("change") != "insert")
+    if existing.height:
+        plan.replace(existing["_before_rowid"].to_arrow(), existing.select(key).to_arrow())
+    keep = rows.filter(pl.col("change") != "delete")
+    if keep.height:
+        after, before = _fields(keep, "after"), _fields(keep, "before")
+        cols = [pl.col("after" if f.name in after else "before").struct.field(f.name).alias(f.name)
+                for f in merged if f.name not in key and (f.name in after or f.name in before)]
+        values = keep.select(*key, *cols).to_arrow()
+        base = keep.select(*key, *[pl.col("before").struct.field(n).alias(n) for n in before]).to_arrow() \
+            if before else None
+        plan.upserts.append(conform_rows(values, merged, fallback=base))
+    plan.stats.rows_from_source += rows.height
+
+
+def _fields(frame: pl.DataFrame, column: str) -> list[str]:
+    dtype = frame.schema[column]
+    return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
+
+
+def _key_dicts(frame: pl.DataFrame, key: list[str]) -> list[dict[str, Any]]:
+    return frame.select(key).to_dicts()
+
+
+def _side(row: dict[str, Any], side: str, columns: list[str], present: bool) -> dict[str, Any] | None:
+    return {c: row[col(side, c)] for c in columns} if present else None
+
+
+# ------------------------------------------------------------------------------------- cell conflicts
+def _fold_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Resolver, merged: pa.Schema,
+                report: Report) -> None:
+    """Keys updated on both sides: take the source's cells, settle conflicting cells, write the rows
+    whose values end up different from dest's."""
+    if not rows.height:
+        return
+    key, values = cl.key, cl.value_columns
+    default, by = resolver.default(plan.name)
+    conflicting = pl.col("conflict_cols").list.len() > 0
+    choice = {c: pl.when(pl.col("conflict_cols").list.contains(c)).then(pl.lit(default, pl.String))
+              .otherwise(pl.lit(None, pl.String)) for c in values}
+    given: dict[str, pl.Expr] = {}
+    if resolver.by_hand and rows.filter(conflicting).height:
+        hand = _hand_cells(plan, cl, rows.filter(conflicting), resolver, merged)
+        if hand is not None:
+            rows = rows.join(hand, on=key, how="left", nulls_equal=True)
+            choice = {c: pl.coalesce(pl.col(f"h\x00{c}"), choice[c]) for c in values}
+            given = {c: pl.col(f"v\x00{c}") for c in values}
+    rows = rows.with_columns(*[e.alias(f"ch\x00{c}") for c, e in choice.items()])
+    final = []
+    for c in values:
+        ch = pl.col(f"ch\x00{c}")
+        e = (pl.when(pl.col("take_cols").list.contains(c)).then(pl.col(col("t", c)))
+             .when(ch == THEIRS).then(pl.col(col("t", c))).when(ch == BASE).then(pl.col(col("b", c))))
+        if c in given:
+            e = e.when(ch == VALUE).then(given[c])
+        final.append(e.otherwise(pl.col(col("o", c))).alias(c))
+    rows = rows.with_columns(final)
+    unresolved = [(pl.col("conflict_cols").list.contains(c) & pl.col(f"ch\x00{c}").is_null()).alias(f"u\x00{c}")
+                  for c in values]
+    moved = [(~same_values(pl.col(c), pl.col(col("o", c)))).alias(f"m\x00{c}") for c in values]
+    rows = rows.with_columns(unresolved + moved)
+    open_rows = rows.filter(pl.any_horizontal([f"u\x00{c}" for c in values])) if values else rows.clear()
+    for r in open_rows.to_dicts():
+        cols = [c for c in values if r[f"u\x00{c}"]]
+        report(Conflict("row.update_update", plan.name, {k: r[k] for k in key}, tuple(cols),
+                        _side(r, "b", cols, r["has_b"]), _side(r, "o", cols, True), _side(r, "t", cols, True)))
+    plan.stats.conflicts += open_rows.height
+    if by == "strategy" and values:
+        hand_cols = set(rows.columns)
+        by_strategy = [pl.col("conflict_cols").list.contains(c) &
+                       (pl.col(f"h\x00{c}").is_null() if f"h\x00{c}" in hand_cols else pl.lit(True)) for c in values]
+        plan.stats.resolved += rows.filter(conflicting & ~pl.any_horizontal([f"u\x00{c}" for c in values])
+                                           & pl.any_horizontal(by_strategy)).height
+    written = rows.filter(pl.any_horizontal([f"m\x00{c}" for c in values])) if values else rows.clear()
+    if not written.height:
+        return
+    plan.stats.cells_merged += int(written.select(pl.sum_horizontal([f"m\x00{c}" for c in values])).to_series().sum())
+    plan.stats.rows_from_source += written.height
+    plan.upserts.append(conform_rows(written.select(*key, *values).to_arrow(), merged))
+    plan.replace(written["dest_rowid"].to_arrow(), written.select(key).to_arrow())
+
+
+def _hand_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Resolver,
+                merged: pa.Schema) -> pl.DataFrame | None:
+    """Choices (``h\\0c``) and given values (``v\\0c``) of the conflicting cells resolved by hand."""
+    key, values = cl.key, cl.value_columns
+    out: list[dict[str, Any]] = []
+    for r in rows.select(*key, "conflict_cols", *[col("o", c) for c in values], *[col("t", c) for c in values],
+                         *[col("b", c) for c in values]).to_dicts():
+        k = {c: r[c] for c in key}
+        key_text = json_text(k)
+        entry: dict[str, Any] = {}
+        for c in r["conflict_cols"]:
+            found = resolver.find("row.update_update", plan.name, key_text, c)
+            if found is None:
+                continue
+            entry[f"h\x00{c}"] = found.resolution
+            if found.resolution == VALUE:
+                if c not in (found.value or {}):
+                    raise_no_value(found, c)
+                entry[f"v\x00{c}"] = typed_value(found, c, found.value[c], merged)
+        if entry:
+            out.append({**k, **entry})
+    if not out:
+        return None
+    # Arrow cuts field names at NUL: cross it under plain names, then take the frame's names.
+    plain = {f"h\x00{c}": f"h{i}" for i, c in enumerate(values)} | {f"v\x00{c}": f"v{i}" for i, c in enumerate(values)}
+    schema = pa.schema([*(merged.field(k) for k in key), *(pa.field(f"h{i}", pa.string()) for i in range(len(values))),
+                        *(pa.field(f"v{i}", merged.field(c).type) for i, c in enumerate(values))])
+    table = pa.Table.from_pylist([{plain.get(n, n): v for n, v in r.items()} for r in out], schema=schema)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame.rename({v: n for n, v in plain.items()}).with_columns([pl.col(k).cast(rows.schema[k]) for k in key])
+
+
+def raise_no_value(found: Any, column: str) -> None:
+    from trimerge.lineage.errors import InvalidOperationError
+
+    raise InvalidOperationError(f"{found.describe()}: 'value' has no {column!r} (give {{{column!r}: ...}})")
+
+
+# ------------------------------------------------------------------------------------- row conflicts
+def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Resolver, merged: pa.Schema,
+               report: Report) -> None:
+    """Keys deleted on one side and changed on the other, or inserted on both: the whole row is
+    dest's, the source's, the base's or a given one."""
+    if not rows.height:
+        return
+    key, values = cl.key, cl.value_columns
+    default, by = resolver.default(plan.name)
+    rows = rows.with_columns(pl.lit(default, pl.String).alias("choice"))
+    given: list[dict[str, Any]] = []
+    by_strategy = rows.height if by == "strategy" else 0
+    if resolver.by_hand:
+        picks = []
+        for r in rows.select(*key, "op").to_dicts():
+            k = {c: r[c] for c in key}
+            found = resolver.find(_KIND[r["op"]], plan.name, json_text(k), None)
+            picks.append(found.resolution if found else default)
+            by_strategy -= found is not None and by == "strategy"
+            if found is not None and found.resolution == VALUE:
+                given.append({**k, **given_row(found, k, values, merged, plan.name)})
+        rows = rows.with_columns(pl.Series("choice", picks, dtype=pl.String))
+    plan.stats.resolved += by_strategy
+    for r in rows.filter(pl.col("choice").is_null()).to_dicts():
+        o_deleted = r["change_o"] == "delete"
+        message = ""
+        if r["op"] == DELETE_MODIFY:
+            message = (f"deleted on {'dest' if o_deleted else 'source'}, "
+                       f"changed on {'source' if o_deleted else 'dest'}")
+        cols = list(r["differing"] or []) if r["op"] == INSERT_INSERT else values
+        report(Conflict(_KIND[r["op"]], plan.name, {k: r[k] for k in key},
+                        tuple(r["differing"] or []) if r["op"] == INSERT_INSERT else (),
+                        _side(r, "b", cols, r["has_b"]), _side(r, "o", cols, r["has_o"]),
+                        _side(r, "t", cols, r["has_t"])))
+        plan.stats.conflicts += 1
+    # The chosen side's row replaces dest's; a side without the row deletes it.
+    has = {THEIRS: "has_t", BASE: "has_b"}
+    for choice, side in ((THEIRS, "t"), (BASE, "b")):
+        chosen = rows.filter(pl.col("choice") == choice)
+        if not chosen.height:
+            continue
+        stays = pl.col(has[choice])
+        if choice == BASE and resolver.virtual_base:
+            stays = stays | (pl.col("op") == INSERT_INSERT)  # base values: nulls
+        gone = chosen.filter(~stays)
+        if gone.height:
+            plan.deletes.append(gone.select(key).to_arrow())
+        kept = chosen.filter(stays)
+        if kept.height:
+            plan.upserts.append(conform_rows(kept.select(*key, *[pl.col(col(side, c)).alias(c) for c in values])
+                                             .to_arrow(), merged))
+        present = chosen.filter(pl.col("has_o"))
+        plan.replace(present["dest_rowid"].to_arrow(), present.select(key).to_arrow())
+        plan.stats.rows_from_source += chosen.height
+    if given:
+        chosen = rows.filter(pl.col("choice") == VALUE)
+        current = {tuple(r[k] for k in key): r for r in chosen.to_dicts()}
+        full = []
+        for g in given:
+            r = current[tuple(g[k] for k in key)]
+            full.append({**{c: r[col("o", c)] for c in values}, **g})
+        plan.upserts.append(conform_rows(pa.Table.from_pylist(full), merged))
+        present = chosen.filter(pl.col("has_o"))
+        plan.replace(present["dest_rowid"].to_arrow(), present.select(key).to_arrow())
+        plan.stats.rows_from_source += chosen.height
