@@ -133,8 +133,16 @@ class Snapshot:
         return self.repo.table_store.branch_folder(self.tv)
 
 
-def _fork_point(repo: Repository, dataset: str, lance_branch: str) -> tuple[str, int] | None:
-    return repo.table_store.fork_point(dataset, lance_branch)
+def _lineage(repo: Repository, tv: TableVersion) -> list[tuple[str, int]]:
+    """(Lance branch, version) from ``tv`` up through the branches it was forked from to ``main``."""
+    chain = [(tv.lance_branch, tv.version)]
+    forks = repo.table_store.forks(tv.dataset) if tv.lance_branch != "main" else {}
+    while chain[-1][0] != "main" and len(chain) <= len(forks):
+        info = forks.get(chain[-1][0])
+        if not info:
+            return chain
+        chain.append((info.get("parent_branch") or "main", int(info["parent_version"])))
+    return chain
 
 
 def fragment_files(snap: Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
@@ -258,7 +266,10 @@ def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
     import numpy as np
 
     def ids(x: pa.Array) -> "np.ndarray":
-        return np.unique(x.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False))
+        values = x.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        if len(values) > 1 and not (values[1:] > values[:-1]).all():  # a fragment's ids usually are sorted
+            values = np.unique(values)
+        return values
 
     left, right = ids(a), ids(b)
     if len(right):
@@ -468,18 +479,19 @@ class TableDiff:
             self._fragment_candidates(out)
 
     def _common_version(self) -> int | None:
-        """A version ``p`` both sides descend from along Lance lineage (same branch, or one branch
-        forked from the other's branch at ``p``), so both can be described by ``delta`` from ``p``."""
+        """The latest version ``p`` both sides descend from along Lance lineage (a branch and the
+        branches it was forked from, at their fork points), so both can be described by ``delta``
+        from ``p``: the first Lance branch both lineages pass through, at the earlier position."""
         b, a = self.before_snapshot, self.after_snapshot
-        repo = b.repo
-        if b.tv.lance_branch == a.tv.lance_branch:
-            return min(b.tv.version, a.tv.version)
-        fork_a = _fork_point(repo, a.tv.dataset, a.tv.lance_branch)
-        if fork_a is not None and fork_a[0] == b.tv.lance_branch and fork_a[1] <= b.tv.version:
-            return fork_a[1]
-        fork_b = _fork_point(repo, b.tv.dataset, b.tv.lance_branch)
-        if fork_b is not None and fork_b[0] == a.tv.lance_branch and fork_b[1] <= a.tv.version:
-            return fork_b[1]
+        lineage_b, lineage_a = _lineage(b.repo, b.tv), _lineage(b.repo, a.tv)
+        on_a = dict(lineage_a)
+        for branch, version in lineage_b:
+            if branch in on_a:
+                common = min(version, on_a[branch])
+                # pylance reads a delta only from versions in the branch's own tree, which starts at
+                # its fork point: deeper lineages fall back to the fragment plan.
+                first = max(lin[1][1] if len(lin) > 1 else 0 for lin in (lineage_b, lineage_a))
+                return common if common >= first else None
         return None
 
     @staticmethod

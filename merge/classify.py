@@ -27,8 +27,6 @@ from trimerge.diff.equality import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
     "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")
-#: Operations that are a conflict of the whole row.
-ROW_CONFLICTS = (DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE)
 #: Where the flattened values of each side live in :attr:`Classified.overlap`.
 SIDES = ("o", "t", "b")
 
@@ -67,12 +65,12 @@ def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Sc
     po = pl.from_arrow(ours)
     assert isinstance(pt, pl.DataFrame) and isinstance(po, pl.DataFrame)
     if not po.height:
-        return Classified(pt, _empty_overlap(key, value_columns), key, value_columns)
+        return Classified(pt, _empty_overlap(), key, value_columns)
     keys_o = po.select(key)
     source_only = pt.join(keys_o, on=key, how="anti", nulls_equal=True)
     both_t = pt.join(keys_o, on=key, how="semi", nulls_equal=True)
     if not both_t.height:
-        return Classified(source_only, _empty_overlap(key, value_columns), key, value_columns)
+        return Classified(source_only, _empty_overlap(), key, value_columns)
     both_o = po.join(both_t.select(key), on=key, how="semi", nulls_equal=True)
     j = both_o.select(*key, pl.col("change").alias("change_o"), pl.col("changed_columns").alias("changed_o"),
                       pl.col("before").alias("before_o"), pl.col("after").alias("after_o"),
@@ -154,5 +152,5 @@ def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> 
                           .alias("take_cols"))
 
 
-def _empty_overlap(key: list[str], value_columns: list[str]) -> pl.DataFrame:
+def _empty_overlap() -> pl.DataFrame:
     return pl.DataFrame({"op": pl.Series([], dtype=pl.String)})

@@ -7,8 +7,9 @@ JSON schema (``report("json")``, stable; version 1)::
 
     {"format": "trimerge-merge-report", "version": 1,
      "status": "merged" | "up-to-date" | "conflicts", "dry_run": bool,
-     "source": {"ref": str, "commit": str}, "dest": {"branch": str, "commit": str},
-     "base": [commit ids], "commit": str | null, "strategy": ..., "granularity": str,
+     "source": {"ref": str, "commit": str}, "dest": {"ref": str, "branch": str, "commit": str},
+     "base": [commit ids], "virtual_base": bool, "commit": str | null, "strategy": ...,
+     "granularity": str,
      "stats": {table: {"action", "rows_from_source", "converged", "cells_merged", "conflicts",
                        "resolved", "schema_changes"}},
      "conflicts": [{"kind", "table", "key": {col: value} | null, "columns": [str],
@@ -54,7 +55,7 @@ def as_json(result: "MergeResult") -> str:
 
 
 def _title(result: "MergeResult") -> str:
-    return f"merge {result.source_ref} into {result.dest}"
+    return f"merge {result.source_ref} into {result.dest_ref}"
 
 
 def junit(result: "MergeResult") -> str:
@@ -106,8 +107,8 @@ def sarif(result: "MergeResult") -> str:
                 "rules": [{"id": k, "shortDescription": {"text": v}} for k, v in RULES.items()],
             }},
             "results": results,
-            "properties": {"status": result.status, "source": result.source_ref, "dest": result.dest,
-                           "sourceCommit": result.source.id, "destCommit": result.dest_commit.id},
+            "properties": {"status": result.status, "source": result.source_ref, "dest": result.dest_ref,
+                           "sourceCommit": result.source_commit.id, "destCommit": result.dest_commit.id},
         }],
     }
     return json.dumps(doc, indent=2)
@@ -123,7 +124,7 @@ def markdown(result: "MergeResult") -> str:
     icon = {"merged": "✅", "up-to-date": "✅", "conflicts": "❌"}[result.status]
     lines = [f"## {icon} trimerge: {_title(result)}", "",
              f"**Status:** {result.status}{' (dry run)' if result.dry_run else ''} · "
-             f"**Conflicts:** {len(result.conflicts)} · source `{result.source.id[:10]}` · dest `{result.dest_commit.id[:10]}`"
+             f"**Conflicts:** {len(result.conflicts)} · source `{result.source_commit.id[:10]}` · dest `{result.dest_commit.id[:10]}`"
              + (f" · base `{result.base[0].id[:10]}`" if result.base else ""), ""]
     if result.stats:
         lines += ["| table | action | rows from source | converged | cells merged | conflicts |",

@@ -17,7 +17,7 @@ import pyarrow as pa
 from trimerge.diff.equality import same_values
 from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col
 from trimerge.merge.edits import TablePlan, conform_rows
-from trimerge.merge.resolve import BASE, OURS, THEIRS, VALUE, Resolver, given_row, typed_value
+from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, given_row, typed_value
 from trimerge.merge.result import Conflict, json_text
 
 Report = Callable[[Conflict], None]
@@ -198,7 +198,7 @@ def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Re
         report(Conflict(_KIND[r["op"]], plan.name, {k: r[k] for k in key},
                         tuple(r["differing"] or []) if r["op"] == INSERT_INSERT else (),
                         _side(r, "b", cols, r["has_b"]), _side(r, "o", cols, r["has_o"]),
-                        _side(r, "t", cols, r["has_t"])))
+                        _side(r, "t", cols, r["has_t"]), message))
         plan.stats.conflicts += 1
     # The chosen side's row replaces dest's; a side without the row deletes it.
     has = {THEIRS: "has_t", BASE: "has_b"}

@@ -395,7 +395,7 @@ def test_range_sides_default_to_main(tmp_path):
 
 def test_diff_across_lance_lineages_after_merges(tmp_path):
     """Sibling branches fork the table; after merges the two sides live on different Lance
-    branches, so the engine reads fragments instead of one lineage's delta."""
+    branches forked from the same main version, so both are described by a delta from there."""
     repo = new_repo(tmp_path, {"t": (tbl(id=list(range(1, 11)), v=[f"v{i}" for i in range(1, 11)]), ["id"])},
                     branches=("feature", "dev"))
     repo.upsert("t", tbl(id=[1, 11], v=["A", "k"]), branch="feature")
@@ -411,7 +411,7 @@ def test_diff_across_lance_lineages_after_merges(tmp_path):
         two = diff("feature", "dev", repo=repo, memory_budget=budget).tables["t"]
         assert summary(two) == [(2, "update", ["v"]), (3, "delete", []), (4, "update", ["v"]),
                                 (5, "update", ["v"]), (6, "insert", []), (12, "insert", [])]
-        assert two.plan.method == "fragments"
+        assert two.plan.method == "delta"
         assert two.rows().to_pylist()[3] == {"id": 5, "change": "update", "changed_columns": ["v"],
                                              "before": {"v": "E"}, "after": {"v": "v5"}}
         assert two.spilled is (budget == 1)
@@ -656,3 +656,20 @@ def test_memory_budget_rejects_nonsense(text):
 
     with pytest.raises(InvalidOperationError):
         memory_budget(text)
+
+
+def test_diff_between_a_fork_of_a_fork_and_a_sibling_reads_fragments(tmp_path):
+    """A branch of a branch lives on a fork of a fork; pylance reads deltas only inside a fork's own
+    tree, so against a sibling the engine compares fragments (data files and deletion vectors)."""
+    repo = new_repo(tmp_path, {"t": (tbl(id=list(range(1, 11)), v=[f"v{i}" for i in range(1, 11)]), ["id"])},
+                    branches=("feature", "dev"))
+    repo.upsert("t", tbl(id=[1], v=["A"]), branch="feature")
+    repo.branches.create("sub", from_ref="feature")
+    repo.upsert("t", tbl(id=[2, 11], v=["B", "k"]), branch="sub")
+    repo.delete_keys("t", tbl(id=[3]), branch="sub")
+    repo.upsert("t", tbl(id=[4], v=["D"]), branch="dev")
+    for budget in (None, 1):
+        d = diff("dev", "sub", repo=repo, memory_budget=budget).tables["t"]
+        assert summary(d) == [(1, "update", ["v"]), (2, "update", ["v"]), (3, "delete", []), (4, "update", ["v"]),
+                              (11, "insert", [])]
+        assert d.plan.method == "fragments" and d.plan.fragments_read

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 import trimerge
 from trimerge.cli import cli
+from trimerge.merge import merge
 from trimerge.merge import plan as merge_plan
 from trimerge.merge import publish as merge_publish
 
@@ -304,3 +305,20 @@ def test_console_script_exits_1_on_conflicts_without_traceback(conflict_repo, tm
     assert "CONFLICT" in proc.stdout
     assert ET.parse(junit).getroot().iter("failure") is not None
     assert sum(1 for _ in ET.parse(junit).getroot().iter("failure")) == 2
+
+
+def test_a_criss_cross_merge_says_it_merges_against_a_virtual_base(tmp_path):
+    repo = trimerge.Repository.init(tmp_path / "repo", actor="t")
+    repo.create_table("t", tbl(id=[1, 2, 3], a=[1, 2, 3], b=["x", "y", "z"]), ["id"])
+    repo.branches.create(SRC, from_ref=DST)
+    a1 = repo.upsert("t", tbl(id=[1], a=[10], b=["x"]), branch=DST)
+    b1 = repo.upsert("t", tbl(id=[2], a=[20], b=["y"]), branch=SRC)
+    merge(b1.id, DST, repo=repo)
+    merge(a1.id, SRC, repo=repo)
+    repo.upsert("t", tbl(id=[3], a=[30], b=["z"]), branch=SRC)
+    res = run_cli(repo.uri, "merge", SRC, "--into", DST)
+    assert res.exit_code == 0, res.stderr
+    assert "2 merge bases" in res.stdout and "virtual base" in res.stdout
+    doc = run_cli(repo.uri, "merge", SRC, "--into", DST, "--json").json()
+    assert doc["status"] == "up-to-date"
+    assert sorted(r["a"] for r in repo.read("t", DST).to_pylist()) == [10, 20, 30]

@@ -389,3 +389,49 @@ def test_lock_from_another_host_expires_with_its_lease(crash_repo):
     assert fresh.exists()
     with pytest.raises(ConcurrentWriteError):
         repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
+
+
+# ------------------------------------------------------------------------------------------ virtual bases
+def _criss_cross(path: Path) -> trimerge.Repository:
+    """main and feature each merged the other's first change: two merge bases that disagree on t."""
+    from trimerge.merge import merge
+
+    repo = trimerge.Repository.init(path, actor="setup")
+    repo.create_table("t", pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), ["id"])
+    repo.branches.create("feature", from_ref="main")
+    a1 = repo.upsert("t", pa.table({"id": [1], "v": ["main"]}), branch="main")
+    b1 = repo.upsert("t", pa.table({"id": [2], "v": ["feature"]}), branch="feature")
+    merge(b1.id, "main", repo=repo)
+    merge(a1.id, "feature", repo=repo)
+    repo.upsert("t", pa.table({"id": [3], "v": ["later"]}), branch="feature")
+    assert len(repo.merge_bases("feature", "main")) == 2
+    return repo
+
+
+MERGER = r"""
+import sys
+import trimerge
+from trimerge.merge import merge
+merge("feature", "main", repo=trimerge.Repository.open(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("crash_at", ["before_fork", "after_write_1"])
+def test_kill_while_building_a_virtual_base_drops_its_forks_on_the_next_open(tmp_path, crash_at):
+    repo = _criss_cross(tmp_path / "repo")
+    forks = all_lance_branches(repo)
+    tip = repo.resolve("main").id
+    proc = run_python(MERGER, repo.uri, env={"TRIMERGE_CRASH_AT": crash_at})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert repo.docs.list("intents")  # the scratch's intent, left by the killed merge
+
+    reopened = trimerge.Repository.open(repo.uri)  # read-write: recovers
+    assert not reopened.docs.list("intents")
+    assert all_lance_branches(reopened) == forks  # the virtual base's forks are gone
+    assert reopened.resolve("main").id == tip  # nothing was published, no recovery note on any branch
+    assert not reopened.docs.list("quarantine")
+    from trimerge.merge import merge
+
+    result = merge("feature", "main", repo=reopened)
+    assert result.virtual_base and not result.conflicts
+    assert {r["id"]: r["v"] for r in reopened.read("t", "main").to_pylist()} == {1: "main", 2: "feature", 3: "later"}

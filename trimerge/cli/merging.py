@@ -92,6 +92,9 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         if result.status == "up-to-date":
             click.echo(f"Already up to date: {source} is contained in {dest}")
             return
+        if result.virtual_base:
+            click.echo(f"{len(result.base)} merge bases ({', '.join(repo.short_id(b.id) for b in result.base)}): "
+                       "merging against their virtual base (recursive)")
         for name, s in sorted(result.stats.items()):
             if s.action != "unchanged":
                 click.echo(f"  {name:<20} {s.action:<9} {s.rows_from_source} row(s) from source, {s.converged} converged, "
