@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from common import WORK, fresh_dir, print_table
+from common import WORK, fresh_dir, own_peak_rss_mb, print_table
 
 import trimerge
 
@@ -63,16 +62,6 @@ def build_crossover(n: int, k: int):
     changed = changed.set_column(1, "a", pa.compute.add(changed.column("a"), 1))
     repo.upsert("t", changed, branch="feature")
     return path
-
-
-def vm_hwm_mb() -> float:
-    """This process's own peak RSS. (``ru_maxrss`` would include the parent's high-water mark,
-    inherited across fork + exec.)"""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child(engine: str, path: str, out: str | None, master: str | None) -> None:
@@ -117,7 +106,7 @@ def child(engine: str, path: str, out: str | None, master: str | None) -> None:
     else:
         rows = td.rows().num_rows
     seconds = time.perf_counter() - t0
-    peak = vm_hwm_mb()
+    peak = own_peak_rss_mb()
     if spark is not None:
         spark.stop()
     print("RESULT " + json.dumps({"engine": label, "seconds": seconds, "rows": rows, "driver_peak_rss_mb": peak}))

@@ -69,6 +69,16 @@ def best_of(fn, repeat: int = 3):
     return best, out
 
 
+def own_peak_rss_mb() -> float:
+    """This process's own peak RSS (``VmHWM``). ``ru_maxrss`` would include the parent's
+    high-water mark, inherited across fork + exec."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

@@ -137,9 +137,9 @@ def _side_tasks_rows(snap: "Snapshot", ids: pa.Array) -> list[dict]:
 
 
 def _live_rows(frag) -> int:
-    meta = frag.metadata.to_json()
-    deleted = (meta.get("deletion_file") or {}).get("num_deleted_rows") or 0
-    return meta["physical_rows"] - deleted
+    meta = frag.metadata
+    deleted = (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file else 0
+    return meta.physical_rows - deleted
 
 
 def estimate_rows(td: "TableDiff") -> int:

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
 
 
+REPLACE_CHUNK_ROWS = 1 << 20  # row ids checked per read when rows are replaced by id
+
+
 class Transaction:
     """A write to one branch that publishes exactly one commit on success.
 
@@ -328,33 +331,64 @@ class Transaction:
         self._ops.append(f"delete {name}")
         self._written(name, ds.version, ds)
 
-    def replace_rows(self, name: str, row_ids: Sequence[int], expected_keys: pa.Table, rows: Any) -> bool:
-        """Remove the rows with these stable row ids and add ``rows`` — a write proportional to the
-        change, with no key join against the table. The ids are first checked to still hold
-        ``expected_keys`` (same order); if not, nothing is written and False is returned, so the
-        caller can fall back to key-based writes."""
+    def replace_rows(self, name: str, row_ids: Sequence[int] | pa.Array, expected_keys: pa.Table, rows: Any) -> bool:
+        """Remove the rows with these stable row ids and add ``rows``, in one Lance commit — a write
+        proportional to the change, with no key join and no scan of the table. The ids are first
+        checked to still hold ``expected_keys`` (same order); if not, nothing is written and False is
+        returned, so the caller can fall back to key-based writes."""
+        import numpy as np
+        from lance import LanceDataset, LanceOperation
+        from lance.fragment import write_fragments
+
         self._require_open()
         tv = self._table(name)
         pk = list(tv.primary_key)
         ds = self._writable(name)
-        ids = pa.array(row_ids, pa.uint64())
-        if len(ids):
-            found = ds._take_rows(ids, columns=pk)
-            if found.num_rows != len(ids) or found.to_pylist() != expected_keys.select(pk).to_pylist():
+        ids = row_ids.cast(pa.uint64()) if isinstance(row_ids, (pa.Array, pa.ChunkedArray)) else pa.array(row_ids, pa.uint64())
+        key_schema = pa.schema([ds.schema.field(k) for k in pk])
+        try:
+            expected = expected_keys.select(pk).cast(key_schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
+            return False
+        if expected.num_rows != len(ids):
+            return False
+        # Each row's address is (fragment id << 32 | offset); checked and collected a chunk at a time
+        # so the memory this takes stays small however many rows are replaced.
+        offsets: dict[int, list[np.ndarray]] = {}
+        for start in range(0, len(ids), REPLACE_CHUNK_ROWS):
+            chunk = ids.slice(start, REPLACE_CHUNK_ROWS)
+            found = ds._take_rows(chunk, columns=pk + ["_rowaddr"])
+            if found.num_rows != len(chunk) or \
+                    not found.select(pk).cast(key_schema).equals(expected.slice(start, len(chunk))):
                 return False
-            before = ds.count_rows()
-            for start in range(0, len(ids), 50_000):
-                chunk = ids.slice(start, 50_000)
-                ds.delete("_rowid IN (" + ",".join(str(i) for i in chunk.to_pylist()) + ")")
-            if before - ds.count_rows() != len(ids):
-                raise InvalidOperationError(f"replace rows in {name}: row ids matched more or fewer rows than expected")
-        table = tbl.to_arrow(rows)
-        if table.num_rows:
-            table = tbl.conform(table, ds.schema, f"replace rows in {name}")
-            tbl.check_primary_key(table, pk, f"replace rows in {name}")
-            ds.insert(table)
+            addresses = found.column("_rowaddr").to_numpy()
+            fragments = (addresses >> np.uint64(32)).astype(np.int64)
+            for fragment in np.unique(fragments):
+                offsets.setdefault(int(fragment), []).append(
+                    (addresses[fragments == fragment] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        updated, removed = [], []
+        for fragment, parts in sorted(offsets.items()):
+            meta = ds.get_fragment(fragment).delete_rows(np.concatenate(parts).tolist())
+            if meta is None:
+                removed.append(fragment)
+            else:
+                updated.append(meta)
+        new_fragments = []
+        what = f"replace rows in {name}"
+        if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
+            checked = _checked_batches(rows, ds.schema, pk, what)
+            new_fragments = write_fragments(pa.RecordBatchReader.from_batches(ds.schema, checked), ds)
+        else:
+            table = tbl.to_arrow(rows)
+            if table.num_rows:
+                table = tbl.conform(table, ds.schema, what)
+                tbl.check_primary_key(table, pk, what)
+                new_fragments = write_fragments(table, ds)
+        if updated or removed or new_fragments:
+            ds = LanceDataset.commit(ds, LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                               new_fragments=new_fragments), read_version=ds.version)
         self._ops.append(f"replace rows {name}")
-        self._written(name, ds.version)
+        self._written(name, ds.version, ds)
         return True
 
     def drop_table(self, name: str) -> None:
@@ -509,6 +543,13 @@ class Transaction:
         for lock in (self._lock, self._schema_lock):
             if lock is not None:
                 lock.release(untouched=untouched)
+
+
+def _checked_batches(rows: pa.RecordBatchReader, schema: pa.Schema, pk: list[str], what: str):
+    for batch in rows:
+        table = tbl.conform(pa.Table.from_batches([batch]), schema, what)
+        tbl.check_primary_key(table, pk, what)
+        yield from table.to_batches()
 
 
 class ScratchTransaction(Transaction):

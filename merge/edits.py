@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import pyarrow as pa
 
@@ -30,7 +33,7 @@ class TablePlan:
     restore_columns: list[str] = field(default_factory=list)  # re-added columns filled from the source
     restore_from: TableVersion | None = None
     merged_schema: pa.Schema | None = None
-    upserts: list[pa.Table] = field(default_factory=list)
+    upserts: "RowSpool" = field(default_factory=lambda: RowSpool())
     deletes: list[pa.Table] = field(default_factory=list)
     dest_row_ids: list[pa.Array] = field(default_factory=list)
     dest_row_keys: list[pa.Table] = field(default_factory=list)
@@ -38,7 +41,7 @@ class TablePlan:
 
     @property
     def writes(self) -> bool:
-        return bool(self.add_columns or self.widen or self.drop_columns or self.upserts or self.deletes)
+        return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes)
 
     def replace(self, ids: pa.Array, keys: pa.Table) -> None:
         """Remember that dest's rows ``ids`` (holding ``keys``) are replaced or deleted."""
@@ -68,3 +71,59 @@ def conform_rows(table: pa.Table, schema: pa.Schema, fallback: pa.Table | None =
         else:
             cols.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(cols, schema=nullable(schema))
+
+
+class RowSpool:
+    """The rows a merge writes to one table: kept in memory up to ``budget`` bytes, then in an
+    Arrow file on disk, and read back batch by batch — so a large merge's memory stays flat."""
+
+    def __init__(self, budget: int | None = None):
+        from trimerge.diff.spill import memory_budget
+
+        self.budget = memory_budget(budget) // 4
+        self.num_rows = 0
+        self._tables: list[pa.Table] = []
+        self._bytes = 0
+        self._directory: str | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+        self._schema: pa.Schema | None = None
+        self._sealed = False  # spilled rows are written once, then only read
+
+    def append(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.num_rows += table.num_rows
+        if self._schema is None:
+            self._schema = table.schema
+        table = table.cast(self._schema)
+        if self._writer is not None:
+            self._writer.write_table(table)
+            return
+        self._tables.append(table)
+        self._bytes += table.nbytes
+        if self._bytes > self.budget:
+            from trimerge.diff.spill import spill_directory
+
+            self._directory = spill_directory()
+            self._writer = pa.ipc.new_file(os.path.join(self._directory, "rows.arrow"), self._schema)
+            for t in self._tables:
+                self._writer.write_table(t)
+            self._tables, self._bytes = [], 0
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The rows, a table at a time (in memory: all of them; spilled: one record batch each)."""
+        if self._directory is None:
+            yield from self._tables
+            return
+        if not self._sealed:
+            self._writer.close()
+            self._sealed = True
+        with pa.OSFile(os.path.join(self._directory, "rows.arrow")) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield pa.Table.from_batches([reader.get_batch(i)])
+
+    def close(self) -> None:
+        if self._directory:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None

@@ -11,9 +11,13 @@ and schemas agree, else ``table.add_add``; changed on both → schema merge
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, Sequence
+
+import polars as pl
+import pyarrow as pa
 
 from trimerge.diff.engine import Snapshot, TableDiff
+from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
@@ -175,12 +179,12 @@ class ThreeWay:
         plan.add_columns, plan.widen, plan.drop_columns = schema.add_columns, schema.widen, schema.drop_columns
         plan.restore_columns, plan.restore_from = schema.restore_columns, t if schema.restore_columns else None
         plan.stats.schema_changes = schema.changes
-        ro, rt = d_o.rows_with_row_ids(), d_t.rows_with_row_ids()
-        if not rt.num_rows:
+        if not d_t.counts.rows_changed:
             plan.stats.action = "merged" if plan.add_columns or plan.drop_columns or plan.widen else "kept"
             return plan
-        classified = classify(ro, rt, o.primary_key, schema.schema, self.granularity)
-        fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
+        for ours, theirs in paired_rows(d_o, d_t, o.primary_key, schema.schema):
+            classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
+            fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
         plan.stats.action = "merged"
         return plan
 
@@ -198,16 +202,38 @@ class ThreeWay:
 
 def changed_columns(d: TableDiff) -> set[str]:
     """Columns whose values a side changed: updated cells, and non-null values of inserted rows."""
-    import polars as pl
-
-    rows = d.rows()
-    if not rows.num_rows:
-        return set()
-    out = set(pl.from_arrow(rows.column("changed_columns")).explode().drop_nulls().unique().to_list())
-    frame = pl.from_arrow(rows.select(["change", "after"]))
-    inserts = frame.filter(pl.col("change") == "insert")
-    if inserts.height and isinstance(inserts.schema["after"], pl.Struct):
-        values = inserts.select(pl.col("after").struct.unnest())
-        out.update(c for c in values.columns if values[c].null_count() < values.height)
+    out: set[str] = set()
+    for batch in d.iter_batches(max_rows=1 << 20, columns=None):
+        rows = pa.Table.from_batches([batch])
+        out.update(pl.from_arrow(rows.column("changed_columns")).explode().drop_nulls().unique().to_list())
+        frame = pl.from_arrow(rows.select(["change", "after"]))
+        inserts = frame.filter(pl.col("change") == "insert")
+        if inserts.height and isinstance(inserts.schema["after"], pl.Struct):
+            values = inserts.select(pl.col("after").struct.unnest())
+            out.update(c for c in values.columns if values[c].null_count() < values.height)
     return out
+
+
+def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
+                merged: pa.Schema) -> Iterator[tuple[pa.Table, pa.Table]]:
+    """The rows of both diffs (with row ids) in pairs that hold every row of the keys they name:
+    all at once when both diffs fit in memory, else per key-hash bucket from disk — the merge's
+    memory then follows one bucket, not the change."""
+    if not (ours.spilled or theirs.spilled):
+        yield ours.rows_with_row_ids(), theirs.rows_with_row_ids()
+        return
+    key_types = pl.from_arrow(merged.empty_table().select(list(key))).schema
+    buckets = CandidateBuffer(key, key_types, budget=0)  # partition everything: budget 0 spills at once
+    try:
+        empty = []
+        for side, d in enumerate((ours, theirs)):
+            for batch in d.iter_batches(max_rows=1 << 18, row_ids=True):
+                buckets.add(side, pa.Table.from_batches([batch]))
+            empty.append(d.rows_with_row_ids_schema())
+        if not buckets.spilled:  # nothing at all was added
+            yield tuple(s.empty_table() for s in empty)  # type: ignore[misc]
+            return
+        yield from buckets.bucket_tables((empty[0], empty[1]))
+    finally:
+        buckets.close()
 

@@ -3,7 +3,7 @@ transaction that is never published (a virtual merge base)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -12,6 +12,8 @@ from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError
 from trimerge.lineage.repository import Repository
 from trimerge.merge.edits import TablePlan, conform_rows
+
+UPSERT_ROWS = 1 << 20  # rows per key-joined write when row ids cannot be used
 
 
 def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> None:
@@ -35,17 +37,36 @@ def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None
     if plan.restore_columns:
         _restore_columns(repo, tx, name, plan)
     schema = tx.schema(name)
-    rows = pa.concat_tables([conform_rows(p, schema) for p in plan.upserts]).cast(schema) if plan.upserts else None
+
+    def conformed() -> Iterator[pa.Table]:
+        for part in plan.upserts.tables():
+            yield conform_rows(part, schema).cast(schema)
+
     if plan.ids_complete and plan.dest_row_keys:
         key_schema = pa.schema([schema.field(c) for c in plan.dest_row_keys[0].column_names])
         keys = pa.concat_tables([k.cast(key_schema) for k in plan.dest_row_keys])
-        ids = pa.concat_arrays(plan.dest_row_ids).to_pylist()
-        if tx.replace_rows(name, ids, keys, rows if rows is not None else schema.empty_table()):
+        ids = pa.concat_arrays(plan.dest_row_ids)
+        rows = pa.RecordBatchReader.from_batches(schema, (b for t in conformed() for b in t.to_batches()))
+        if tx.replace_rows(name, ids, keys, rows):
             return
     if plan.deletes:
         tx.delete_keys(name, pa.concat_tables(plan.deletes, promote_options="permissive"))
-    if rows is not None:
-        tx.upsert(name, rows)
+    for part in _batched(conformed(), UPSERT_ROWS):
+        tx.upsert(name, part)
+
+
+def _batched(tables: Iterator[pa.Table], max_rows: int) -> Iterator[pa.Table]:
+    """Tables concatenated up to about ``max_rows`` rows each (one key-joined write per group)."""
+    group: list[pa.Table] = []
+    size = 0
+    for t in tables:
+        group.append(t)
+        size += t.num_rows
+        if size >= max_rows:
+            yield pa.concat_tables(group)
+            group, size = [], 0
+    if group:
+        yield pa.concat_tables(group)
 
 
 def _restore_columns(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:

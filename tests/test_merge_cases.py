@@ -84,10 +84,13 @@ def test_conflicts_without_a_strategy(history, granularity):
     assert len(info.value.result.conflicts) == len(want)
 
 
+@pytest.mark.parametrize("memory", ["in memory", "spilled"])
 @pytest.mark.parametrize("strategy", ["source-wins", "dest-wins"])
 @pytest.mark.parametrize("granularity", ["cell", "row"])
-def test_outcome_under_each_strategy(history, strategy, granularity):
-    branch = f"into-{strategy}-{granularity}"
+def test_outcome_under_each_strategy(history, strategy, granularity, memory, monkeypatch):
+    if memory == "spilled":  # a 1-byte budget: diffs, their pairing by key and the written rows all go to disk
+        monkeypatch.setenv("TRIMERGE_DIFF_MEMORY", "1")
+    branch = f"into-{strategy}-{granularity}-{memory.replace(' ', '-')}"
     history.branches.create(branch, from_ref="main")
     dry = merge("feature", branch, repo=history, dry_run=True, strategy=strategy, granularity=granularity)
     result = merge("feature", branch, repo=history, strategy=strategy, granularity=granularity)

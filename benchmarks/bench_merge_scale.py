@@ -1,0 +1,92 @@
+"""Merge memory at scale: a source that changed half of a table, merged into a dest that changed 0.1%.
+
+A 4-column table (id, a, b, c) of N rows; the source updates N/2 rows (column ``a``), the dest
+updates 0.1% (column ``b``, some of them rows the source changed too: cell merges). Each merge
+runs in its own process so its peak RSS is its own; beside it, the naive polars three-way rewrite.
+
+Run: ``python benchmarks/bench_merge_scale.py`` (4M and 8M rows; ``--rows 1000000`` for one size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from common import fresh_dir, peak_rss_mb, print_table
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+from common import own_peak_rss_mb
+import trimerge
+from trimerge.merge import merge
+repo = trimerge.Repository.open(sys.argv[1])
+t0 = time.perf_counter()
+if sys.argv[2] == "trimerge":
+    merge("theirs", "ours", repo=repo)
+else:
+    import polars as pl
+    base = repo.merge_base("ours", "theirs")
+    b, o, t = (pl.from_arrow(repo.read("t", ref=r)) for r in (base.id, "ours", "theirs"))
+    j = b.join(o, on="id", suffix="_o").join(t, on="id", suffix="_t")
+    merged = j.select("id", *[pl.when(pl.col(f"{c}_t") != pl.col(c)).then(pl.col(f"{c}_t")).otherwise(pl.col(f"{c}_o"))
+                              .alias(c) for c in ("a", "b", "c")])
+    import lance
+    lance.write_dataset(merged.to_arrow(), sys.argv[1] + "-naive.lance", mode="overwrite")
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - t0, "peak_rss_mb": own_peak_rss_mb()}))
+"""
+
+
+def build(n: int) -> str:
+    import trimerge
+
+    path = fresh_dir(f"merge-scale-{n}")
+    rng = np.random.default_rng(5)
+    table = pa.table({"id": np.arange(n, dtype=np.int64), "a": rng.integers(0, 1000, n),
+                      "b": rng.random(n), "c": pa.array([f"row {i}" for i in range(n)])})
+    repo = trimerge.Repository.init(path)
+    repo.create_table("t", table, ["id"])
+    repo.branches.create("ours", from_ref="main")
+    repo.branches.create("theirs", from_ref="main")
+    src = np.sort(rng.choice(n, n // 2, replace=False))
+    dst = np.sort(rng.choice(n, max(1, n // 1000), replace=False))
+    theirs = table.take(pa.array(src))
+    repo.upsert("t", theirs.set_column(1, "a", pa.array(theirs.column("a").to_numpy() + 1)), branch="theirs")
+    ours = table.take(pa.array(dst))
+    repo.upsert("t", ours.set_column(2, "b", pa.array(ours.column("b").to_numpy() + 1.0)), branch="ours")
+    return str(path)
+
+
+def run(path: str, engine: str) -> dict:
+    here = str(__import__("pathlib").Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", CHILD, path, engine, here], capture_output=True, text=True, check=True)
+    line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[7:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, action="append", help="table size (repeatable; default 4M and 8M)")
+    args = ap.parse_args()
+    rows = []
+    for n in args.rows or [4_000_000, 8_000_000]:
+        t0 = time.perf_counter()
+        path = build(n)
+        print(f"{n:,} rows built in {time.perf_counter() - t0:.1f} s (source changed {n // 2:,})", flush=True)
+        for engine in ("trimerge", "naive polars"):
+            r = run(path, engine)
+            rows.append({"rows": f"{n:,}", "changed": f"{n // 2:,}", "engine": engine, **r})
+            print(rows[-1], flush=True)
+    print_table(rows, ["rows", "changed", "engine", "seconds", "peak_rss_mb"])
+    print(f"(this process: {peak_rss_mb():.0f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
