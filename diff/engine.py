@@ -4,7 +4,9 @@ For each table the engine first finds *candidate rows* — rows that may differ 
 metadata alone, then joins the candidates of both sides by primary key and compares values
 column by column (metadata over-reports: no-op rewrites, moved rows; values decide).
 
-Candidate finders, cheapest first:
+The candidate plan (shared with the Spark engine, which executes the same plan on executors) is
+made by :mod:`trimerge.diff.planner`; this module is the local executor. Candidate finders,
+cheapest first:
 
 * ``delta``: both versions lie on one Lance lineage (same Lance branch, or one branch forked
   from the other exactly at the other version): Lance's row-version metadata (``ds.delta()``,
@@ -24,21 +26,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
-import lance
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.equality import names_where, same_values
+from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify
+from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids, scan, take_all
+from trimerge.diff.planner import (
+    CandidatePlan,
+    Snapshot,
+    choose_engine,
+    plan_candidates,
+    set_minus,
+    stable_row_ids,
+)
 from trimerge.diff.spill import CandidateBuffer, ChangedRows
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
-from trimerge.lineage.tables import plain_type
 
 ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
-ROWID = "_rowid"
-BEFORE_ROWID, AFTER_ROWID = "_before_rowid", "_after_rowid"
 Status = Literal["added", "dropped", "modified", "unchanged"]
 Progress = Callable[[str, str], None]
 
@@ -107,175 +114,6 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
     if tuple(key_before) != tuple(key_after):
         out.append(SchemaChange("primary_key_changed", ",".join(key_after), ",".join(key_before), ",".join(key_after)))
     return out
-
-
-class Snapshot:
-    """One table at one commit, opened lazily."""
-
-    def __init__(self, repo: Repository, tv: TableVersion | None):
-        self.repo = repo
-        self.tv = tv
-        self._ds: lance.LanceDataset | None = None
-
-    @property
-    def ds(self) -> lance.LanceDataset:
-        if self._ds is None:
-            self._ds = self.repo.open_table_version(self.tv)
-        return self._ds
-
-    @property
-    def schema(self) -> pa.Schema | None:
-        return self.ds.schema if self.tv else None
-
-    @property
-    def root(self) -> str:
-        """Folder of this Lance branch (where its own files live)."""
-        return self.repo.table_store.branch_folder(self.tv)
-
-
-def _lineage(repo: Repository, tv: TableVersion) -> list[tuple[str, int]]:
-    """(Lance branch, version) from ``tv`` up through the branches it was forked from to ``main``."""
-    chain = [(tv.lance_branch, tv.version)]
-    forks = repo.table_store.forks(tv.dataset) if tv.lance_branch != "main" else {}
-    while chain[-1][0] != "main" and len(chain) <= len(forks):
-        info = forks.get(chain[-1][0])
-        if not info:
-            return chain
-        chain.append((info.get("parent_branch") or "main", int(info["parent_version"])))
-    return chain
-
-
-def fragment_files(snap: Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
-    """Map each fragment's resolved data-file paths to (fragment, resolved deletion-file path)."""
-    bases = {k: v.path for k, v in snap.ds.base_paths().items()}
-    out = {}
-    for frag in snap.ds.get_fragments():
-        meta = frag.metadata  # attributes, not to_json(): that serializes every inline row id
-        if meta.overlays:
-            key = (f"overlay:{snap.root}:{frag.fragment_id}",)  # never matches: read in full
-        else:
-            key = tuple(sorted(f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}"
-                               for d in meta.files))
-        dfile = meta.deletion_file
-        dpath = None
-        if dfile:
-            base = bases[dfile.base_id] if dfile.base_id is not None else snap.root
-            dpath = f"{base}/{frag.deletion_file()}"
-        out[key] = (frag, dpath)
-    return out
-
-
-def stable_row_ids(snap: Snapshot, frag: Any) -> pa.Array:
-    """The stable row ids of one fragment of a snapshot."""
-    t = snap.ds.scanner(columns=[], with_row_id=True, fragments=[frag]).to_table()
-    return t.column("_rowid").combine_chunks()
-
-
-def _with_ids(table: pa.Table, ids: pa.Array) -> pa.Table:
-    return table.append_column(ROWID, ids.cast(pa.uint64()))
-
-
-def _empty_with_ids(schema: pa.Schema) -> pa.Table:
-    return _with_ids(schema.empty_table(), pa.array([], pa.uint64()))
-
-
-def _conform(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """Batches read with ``_rowid`` (and maybe other row metadata) as a candidate table: the
-    columns of ``schema`` in its order and types."""
-    return pa.Table.from_batches(batches).select(schema.names).cast(schema)
-
-
-SCAN_BATCH_ROWS = 131072
-
-
-def _scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
-    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
-    column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
-    schema = _empty_with_ids(snap.ds.schema).schema
-    pending: list[pa.RecordBatch] = []
-    size = 0
-    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **kwargs).to_batches():
-        pending.append(batch)
-        size += batch.num_rows
-        if size >= SCAN_BATCH_ROWS:
-            yield _conform(pending, schema)
-            pending, size = [], 0
-    if pending:
-        yield _conform(pending, schema)
-
-
-def _take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
-    """Rows by stable row id (in that order), with the ids as the last column."""
-    if len(row_ids) == 0:
-        return _empty_with_ids(snap.ds.schema.empty_table().select(columns).schema)
-    rows = snap.ds._take_rows(row_ids, columns=columns)
-    if rows.num_rows != len(row_ids):
-        raise RuntimeError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
-    return _with_ids(rows, row_ids)
-
-
-TAKE_CHUNK_ROWS = 1024
-DENSE_TAKE_FRACTION = 0.2  # above this share of a table, one scan beats reading rows one by one
-
-
-def _scan_ids(snap: Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
-    """The rows with these (sorted) stable row ids, by one filtered scan of the table."""
-    import numpy as np
-
-    wanted = sorted_ids.to_numpy()
-    found = 0
-    for t in _scan(snap):
-        rid = t.column(ROWID).to_numpy()
-        pos = np.minimum(np.searchsorted(wanted, rid), len(wanted) - 1)
-        hit = wanted[pos] == rid
-        found += int(hit.sum())
-        if hit.any():
-            yield t.filter(pa.array(hit))
-    if found != len(wanted):
-        raise RuntimeError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
-
-
-def _take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
-    """Every snapshot's rows by stable row id (all columns) as ``(request index, rows)`` slices.
-
-    Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
-    ``_take_rows`` call keeps about one core busy, so ids are sorted (neighbours share chunks) and
-    split into slices that run on a small thread pool (pylance releases the GIL)."""
-    import pyarrow.compute as pc
-    from concurrent.futures import ThreadPoolExecutor
-
-    jobs: list[tuple[int, Snapshot, pa.Array]] = []
-    for i, (snap, ids) in enumerate(requests):
-        ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
-        if len(ids) >= DENSE_TAKE_FRACTION * snap.ds.count_rows():
-            yield from ((i, t) for t in _scan_ids(snap, ids))
-            continue
-        for start in range(0, len(ids), TAKE_CHUNK_ROWS):
-            jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
-    if not jobs:
-        return
-    with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
-        for (i, _, _), rows in zip(jobs, pool.map(lambda job: _take(job[1], job[2], job[1].ds.schema.names), jobs)):
-            yield i, rows
-
-
-def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
-    """Row ids in ``a`` and not in ``b``, sorted and unique. Sorted numpy sets: Arrow's hash-based
-    ``is_in`` / ``unique`` took gigabytes at tens of millions of ids."""
-    import numpy as np
-
-    def ids(x: pa.Array) -> "np.ndarray":
-        values = x.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
-        if len(values) > 1 and not (values[1:] > values[:-1]).all():  # a fragment's ids usually are sorted
-            values = np.sort(values)  # sort, then drop repeats: numpy's unique hashes, many times slower
-            values = values[np.r_[True, values[1:] != values[:-1]]]
-        return values
-
-    left, right = ids(a), ids(b)
-    if len(right):
-        pos = np.minimum(np.searchsorted(right, left), len(right) - 1)
-        left = left[right[pos] != left]
-    return pa.array(left, pa.uint64())
 
 
 class TableDiff:
@@ -428,7 +266,7 @@ class TableDiff:
             if self.engine == "spark" and self.storage_status != "unchanged":
                 from trimerge.diff.spark import spark_rows
 
-                rows = spark_rows(self, self._spark)
+                rows = spark_rows(self, self._spark, self._empty_rows().drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema)
                 n = rows.num_rows
                 self._changed = ChangedRows.in_memory(rows.append_column(
                     BEFORE_ROWID, pa.nulls(n, pa.uint64())).append_column(AFTER_ROWID, pa.nulls(n, pa.uint64())))
@@ -436,6 +274,15 @@ class TableDiff:
             else:
                 self._changed = self._compute()
         return self._changed
+
+    def _empty_rows(self) -> pa.Table:
+        """No rows, in the schema of :meth:`rows_with_row_ids`. A side the table is missing from
+        borrows the other side's schema: an added table's rows carry a typed, all-null ``before``."""
+        key, common, added = self.compared_columns()
+        b_schema = (self.before_snapshot if self.before_snapshot.tv else self.after_snapshot).schema
+        a_schema = (self.after_snapshot if self.after_snapshot.tv else self.before_snapshot).schema
+        return classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
+                        [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
 
     def summary(self) -> dict[str, Any]:
         counts = self.counts.to_json() if self.storage_status != "unchanged" else DiffCounts().to_json()
@@ -460,47 +307,26 @@ class TableDiff:
         b, a = self.before_snapshot, self.after_snapshot
         sb = b.ds.schema if b.tv else a.ds.schema
         sa = a.ds.schema if a.tv else b.ds.schema
-        return tuple(_empty_with_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
+        return tuple(empty_with_row_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
 
     def _collect(self, out: CandidateBuffer) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
         b, a = self.before_snapshot, self.after_snapshot
-        if self.storage_status == "unchanged":
+        plan = plan_candidates(b, a)
+        if plan.method == "none":
             return
-        if self.storage_status in ("added", "dropped"):
-            side, snap = (1, a) if self.storage_status == "added" else (0, b)
-            for t in _scan(snap):
-                out.add(side, t)
-            self.plan = DiffPlan(self.storage_status, fragments_read=len(snap.ds.get_fragments()), rows_planned=out.rows[side])
+        if plan.method == "delta":
+            self._delta_candidates(plan.common_version, out)
             return
-        if b.tv.dataset != a.tv.dataset:
-            for side, snap in ((0, b), (1, a)):
-                for t in _scan(snap):
-                    out.add(side, t)
-            self.plan = DiffPlan("full", fragments_read=len(b.ds.get_fragments()) + len(a.ds.get_fragments()),
+        if plan.method in ("added", "dropped", "full"):
+            for side, snap, fragments in ((0, b, plan.read_before), (1, a, plan.read_after)):
+                if fragments:
+                    for t in scan(snap):
+                        out.add(side, t)
+            self.plan = DiffPlan(plan.method, fragments_read=len(plan.read_before) + len(plan.read_after),
                                  rows_planned=sum(out.rows))
             return
-        common = self._common_version()
-        if common is not None:
-            self._delta_candidates(common, out)
-        else:
-            self._fragment_candidates(out)
-
-    def _common_version(self) -> int | None:
-        """The latest version ``p`` both sides descend from along Lance lineage (a branch and the
-        branches it was forked from, at their fork points), so both can be described by ``delta``
-        from ``p``: the first Lance branch both lineages pass through, at the earlier position."""
-        b, a = self.before_snapshot, self.after_snapshot
-        lineage_b, lineage_a = _lineage(b.repo, b.tv), _lineage(b.repo, a.tv)
-        on_a = dict(lineage_a)
-        for branch, version in lineage_b:
-            if branch in on_a:
-                common = min(version, on_a[branch])
-                # pylance reads a delta only from versions in the branch's own tree, which starts at
-                # its fork point: deeper lineages fall back to the fragment plan.
-                first = max(lin[1][1] if len(lin) > 1 else 0 for lin in (lineage_b, lineage_a))
-                return common if common >= first else None
-        return None
+        self._fragment_candidates(plan, out)
 
     @staticmethod
     def _changes_since(snap: Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
@@ -509,7 +335,7 @@ class TableDiff:
 
         Updated rows are read by ``delta`` from the new fragments they were written to
         (contiguous), which is far cheaper than fetching them by id."""
-        schema = _empty_with_ids(snap.ds.schema).schema
+        schema = empty_with_row_ids(snap.ds.schema).schema
         if snap.tv.version == version:
             return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
         # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
@@ -519,11 +345,11 @@ class TableDiff:
 
         def rows() -> Iterator[pa.Table]:
             for batch in delta.get_updated_rows():
-                t = _conform([batch], schema)
+                t = conform_batches([batch], schema)
                 updated_ids.append(t.column(ROWID).combine_chunks())
                 yield t
             for batch in delta.get_inserted_rows():
-                yield _conform([batch], schema)
+                yield conform_batches([batch], schema)
 
         def ids() -> pa.Array:
             return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
@@ -544,37 +370,30 @@ class TableDiff:
         # is read from b and vice versa.
         touched_b, touched_a = pa.concat_arrays([upd_b, del_b]), pa.concat_arrays([upd_a, del_a])
         fetch_b, fetch_a = set_minus(touched_a, touched_b), set_minus(touched_b, touched_a)
-        for side, t in _take_all([(b, fetch_b), (a, fetch_a)]):
+        for side, t in take_all([(b, fetch_b), (a, fetch_a)]):
             out.add(side, t)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
-    def _fragment_candidates(self, out: CandidateBuffer) -> None:
+    def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer) -> None:
         b, a = self.before_snapshot, self.after_snapshot
-        fb, fa = fragment_files(b), fragment_files(a)
-        plan = DiffPlan("fragments")
+        report = DiffPlan("fragments", fragments_skipped=plan.skipped, fragments_deletion_only=len(plan.deletion_pairs),
+                          fragments_read=len(plan.read_before) + len(plan.read_after))
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
-        for files in fb.keys() | fa.keys():
-            in_b, in_a = fb.get(files), fa.get(files)
-            if in_b and in_a:
-                if in_b[1] == in_a[1]:
-                    plan.fragments_skipped += 1
-                    continue
-                plan.fragments_deletion_only += 1
-                rb, ra = stable_row_ids(b, in_b[0]), stable_row_ids(a, in_a[0])
-                ids_b.append(set_minus(rb, ra))
-                ids_a.append(set_minus(ra, rb))
-            else:
-                plan.fragments_read += 1
-                side, snap, frag = (0, b, in_b[0]) if in_b else (1, a, in_a[0])
-                for t in _scan(snap, fragments=[frag]):
+        for frag_b, frag_a in plan.deletion_pairs:
+            rb, ra = stable_row_ids(b, frag_b), stable_row_ids(a, frag_a)
+            ids_b.append(set_minus(rb, ra))
+            ids_a.append(set_minus(ra, rb))
+        for side, snap, fragments in ((0, b, plan.read_before), (1, a, plan.read_after)):
+            for frag in fragments:
+                for t in scan(snap, fragments=[frag]):
                     out.add(side, t)
         empty = pa.array([], pa.uint64())
-        for side, t in _take_all([(b, pa.concat_arrays(ids_b) if ids_b else empty),
+        for side, t in take_all([(b, pa.concat_arrays(ids_b) if ids_b else empty),
                                   (a, pa.concat_arrays(ids_a) if ids_a else empty)]):
             out.add(side, t)
-        plan.rows_planned = sum(out.rows)
-        self.plan = plan
+        report.rows_planned = sum(out.rows)
+        self.plan = report
 
     # -- classification
     def _compute(self) -> ChangedRows:
@@ -617,84 +436,6 @@ def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
         struct = pc.if_else(pc.is_null(col), pa.scalar(None, struct.type), struct)
         out = out.set_column(out.schema.get_field_index(side), side, struct)
     return out
-
-
-def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequence[str], added: Sequence[str],
-             before_columns: Sequence[str], after_columns: Sequence[str]) -> pa.Table:
-    """Join candidate rows by key and compare values null-safely (floats exactly).
-
-    A key on both sides with equal compared values is no change (a moved or rewritten row)."""
-    key = list(key)
-    id_b = [ROWID] if ROWID in before.column_names else []
-    id_a = [ROWID] if ROWID in after.column_names else []
-    b = pl.from_arrow(before.select(key + list(before_columns) + id_b))
-    a = pl.from_arrow(after.select(key + list(after_columns) + id_a))
-    if not id_b:
-        b = b.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
-    if not id_a:
-        a = a.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
-    b = b.rename({ROWID: BEFORE_ROWID})
-    a = a.rename({ROWID: AFTER_ROWID})
-    assert isinstance(b, pl.DataFrame) and isinstance(a, pl.DataFrame)
-    # Key columns may differ in type across a widening; compare in the after side's types.
-    for k in key:
-        if b.schema[k] != a.schema[k]:
-            b = b.with_columns(pl.col(k).cast(a.schema[k]))
-    b = b.rename({c: f"b\x00{c}" for c in before_columns}).with_columns(pl.lit(True).alias("\x00in_b"))
-    a = a.rename({c: f"a\x00{c}" for c in after_columns}).with_columns(pl.lit(True).alias("\x00in_a"))
-    j = b.join(a, on=key, how="full", coalesce=True, nulls_equal=True)
-    in_b = pl.col("\x00in_b").fill_null(False)
-    in_a = pl.col("\x00in_a").fill_null(False)
-    compared = list(common) + list(added)
-    differs = []
-    for c in common:
-        differs.append(~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), j.schema[f"b\x00{c}"],
-                                    j.schema[f"a\x00{c}"]))
-    differs += [pl.col(f"a\x00{c}").is_not_null() for c in added]
-    both = in_b & in_a
-    j = j.with_columns(
-        pl.when(both).then(pl.lit("update")).when(in_a).then(pl.lit("insert")).otherwise(pl.lit("delete"))
-        .alias("change"),
-        *[(both & d).alias(f"\x00ne{i}") for i, d in enumerate(differs)],
-    )
-    flags = [f"\x00ne{i}" for i in range(len(compared))]
-    if flags:
-        j = j.filter((pl.col("change") != "update") | pl.any_horizontal(flags))
-    else:
-        j = j.filter(pl.col("change") != "update")
-    j = j.with_columns(names_where(j.select(flags), compared, j.height))
-
-    def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
-        if not cols:
-            return pl.lit(None).alias("_")
-        return pl.when(present).then(pl.struct([pl.col(f"{prefix}\x00{c}").alias(c) for c in cols])).otherwise(None)
-
-    out = j.select(
-        *[pl.col(k) for k in key],
-        pl.col("change"),
-        pl.col("changed_columns"),
-        side("b", before_columns, in_b).alias("before"),
-        side("a", after_columns, in_a).alias("after"),
-        pl.col(BEFORE_ROWID).cast(pl.UInt64),
-        pl.col(AFTER_ROWID).cast(pl.UInt64),
-    ).sort(key)
-    table = out.to_arrow()
-    schema = pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in table.schema])
-    return table.cast(schema)
-
-
-def _large_to_plain(t: pa.DataType) -> pa.DataType:
-    if t == pa.large_string():
-        return pa.string()
-    if t == pa.large_binary():
-        return pa.binary()
-    if pa.types.is_large_list(t):
-        return pa.list_(_large_to_plain(t.value_type))
-    if pa.types.is_list(t):
-        return pa.list_(_large_to_plain(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_large_to_plain(f.type)) for f in t])
-    return t
 
 
 @dataclass
@@ -757,10 +498,11 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
     active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
     whose planned candidate rows exceed ``spark_threshold`` (default
-    ``trimerge.diff.spark.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
+    ``trimerge.diff.planner.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
 
-    The local engine holds candidate rows in memory up to ``memory_budget`` bytes (default 512 MiB,
-    env ``TRIMERGE_DIFF_MEMORY``); beyond that it partitions them by key hash into temporary files
+    The local engine works in memory up to ``memory_budget`` bytes (default 512 MiB, env
+    ``TRIMERGE_DIFF_MEMORY``; candidates spill once they pass a quarter of it, since classifying them
+    in memory takes about four times their size); beyond that it partitions them by key hash into temporary files
     (under env ``TRIMERGE_SPILL_DIR``, default the system temp directory) and classifies one bucket
     at a time, so ``TableDiff.iter_batches`` and ``counts`` run in bounded memory."""
     from trimerge.lineage.address import is_address, parse_address
@@ -817,14 +559,11 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     if engine != "local":
-        from trimerge.diff import spark as sp
-
-        threshold = sp.spark_threshold() if spark_threshold is None else spark_threshold
         for td in result.tables.values():
-            if td.storage_status == "unchanged":
-                continue
-            if engine == "spark" or sp.estimate_rows(td) > threshold:
-                spark = spark or sp.get_spark()
+            if choose_engine(engine, plan_candidates(td.before_snapshot, td.after_snapshot), spark_threshold) == "spark":
+                from trimerge.diff.spark import get_spark
+
+                spark = spark or get_spark()
                 td.use_spark(spark)
     if progress is not None:
         for name, td in result.tables.items():

@@ -1,8 +1,9 @@
 """Spark execution of table diffs (PySpark, no JVM connector needed).
 
-The driver plans exactly like the local engine's fragment plan — identical fragments skipped,
-fragments that differ only in their deletion vector reduced to the row ids whose deletion state
-differs, other fragments read (sliced when large) — and ships small JSON tasks to executors,
+The driver executes the same candidate plan as the local engine (:mod:`trimerge.diff.planner`,
+its fragment form: identical fragments skipped, fragments that differ only in their deletion
+vector reduced to the row ids whose deletion state differs, other fragments read, sliced when
+large) by shipping small JSON tasks to executors,
 which read with pylance (``diff/spark_tasks.py``). Spark then joins both sides by primary key and
 compares values null-safely, producing the same schema and rows as the local ``rows()``.
 
@@ -25,14 +26,16 @@ import lance
 import pyarrow as pa
 from ulid import ULID
 
+from trimerge.diff.rules import change_kind_spark, same_values_spark
+from trimerge.diff.planner import plan_candidates, set_minus, stable_row_ids
 from trimerge.lineage.errors import TrimergeError
 
 if TYPE_CHECKING:
-    from trimerge.diff.engine import TableDiff, Snapshot
+    from trimerge.diff.engine import TableDiff
+    from trimerge.diff.planner import Snapshot
 
 #: Planned candidate rows above which ``engine="auto"`` hands a table's diff to Spark. Chosen from
 #: the crossover measured by ``benchmarks/bench_spark.py`` on a 2-core machine (see README).
-DEFAULT_SPARK_THRESHOLD = 20_000_000
 ROWS_PER_TASK = 1_000_000  # fragment slice size
 IDS_PER_TASK = 200_000
 
@@ -40,9 +43,6 @@ IDS_PER_TASK = 200_000
 class SparkUnavailableError(TrimergeError):
     """PySpark or Java is missing, or no Spark session could be started."""
 
-
-def spark_threshold() -> int:
-    return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
 
 
 @contextlib.contextmanager
@@ -136,66 +136,20 @@ def _side_tasks_rows(snap: "Snapshot", ids: pa.Array) -> list[dict]:
             for i in range(0, len(ids), IDS_PER_TASK)]
 
 
-def _live_rows(frag) -> int:
-    meta = frag.metadata
-    deleted = (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file else 0
-    return meta.physical_rows - deleted
-
-
-def estimate_rows(td: "TableDiff") -> int:
-    """Candidate rows the fragment plan would read, from metadata alone (no row is read)."""
-    from trimerge.diff.engine import fragment_files
-
-    b, a = td.before_snapshot, td.after_snapshot
-    if td.storage_status == "unchanged":
-        return 0
-    if td.storage_status == "added":
-        return a.ds.count_rows()
-    if td.storage_status == "dropped":
-        return b.ds.count_rows()
-    if b.tv.dataset != a.tv.dataset:
-        return b.ds.count_rows() + a.ds.count_rows()
-    fb, fa = fragment_files(b), fragment_files(a)
-    total = 0
-    for files in fb.keys() | fa.keys():
-        in_b, in_a = fb.get(files), fa.get(files)
-        if in_b and in_a:
-            if in_b[1] != in_a[1]:
-                total += abs(_live_rows(in_b[0]) - _live_rows(in_a[0]))
-        else:
-            total += _live_rows((in_b or in_a)[0])
-    return total
-
-
 def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
-    """(before tasks, after tasks) of the fragment plan."""
-    from trimerge.diff.engine import fragment_files, stable_row_ids, set_minus
-
+    """(before tasks, after tasks): the table's candidate plan as executor tasks. Spark reads the
+    fragment plan (a delta is read on the driver by pylance, so it is not worth a job)."""
     b, a = td.before_snapshot, td.after_snapshot
-    if td.storage_status == "unchanged":
+    plan = plan_candidates(b, a)
+    if plan.method == "none":
         return [], []
-    if td.storage_status == "added":
-        return [], _side_tasks_full(a, a.ds.get_fragments())
-    if td.storage_status == "dropped":
-        return _side_tasks_full(b, b.ds.get_fragments()), []
-    if b.tv.dataset != a.tv.dataset:
-        return _side_tasks_full(b, b.ds.get_fragments()), _side_tasks_full(a, a.ds.get_fragments())
-    fb, fa = fragment_files(b), fragment_files(a)
-    full_b, full_a, ids_b, ids_a = [], [], [], []
-    for files in fb.keys() | fa.keys():
-        in_b, in_a = fb.get(files), fa.get(files)
-        if in_b and in_a:
-            if in_b[1] == in_a[1]:
-                continue
-            rb, ra = stable_row_ids(b, in_b[0]), stable_row_ids(a, in_a[0])
-            ids_b.append(set_minus(rb, ra))
-            ids_a.append(set_minus(ra, rb))
-        elif in_b:
-            full_b.append(in_b[0])
-        else:
-            full_a.append(in_a[0])
-    before = _side_tasks_full(b, full_b) + (_side_tasks_rows(b, pa.concat_arrays(ids_b)) if ids_b else [])
-    after = _side_tasks_full(a, full_a) + (_side_tasks_rows(a, pa.concat_arrays(ids_a)) if ids_a else [])
+    ids_b, ids_a = [], []
+    for frag_b, frag_a in plan.deletion_pairs:
+        rb, ra = stable_row_ids(b, frag_b), stable_row_ids(a, frag_a)
+        ids_b.append(set_minus(rb, ra))
+        ids_a.append(set_minus(ra, rb))
+    before = _side_tasks_full(b, plan.read_before) + (_side_tasks_rows(b, pa.concat_arrays(ids_b)) if ids_b else [])
+    after = _side_tasks_full(a, plan.read_after) + (_side_tasks_rows(a, pa.concat_arrays(ids_a)) if ids_a else [])
     return before, after
 
 
@@ -272,15 +226,14 @@ def spark_frame(td: "TableDiff", spark) -> Any:
     in_a = F.coalesce(F.col("__in_a"), F.lit(False))
     flags = []
     for c in common:
-        lhs = F.col(f"b__{c}")
-        if b_schema.field(c).type != a_schema.field(c).type:
-            lhs = lhs.cast(adf.schema[f"a__{c}"].dataType)
-        flags.append(F.when(~lhs.eqNullSafe(F.col(f"a__{c}")), F.lit(c)))
+        same = same_values_spark(F.col(f"b__{c}"), F.col(f"a__{c}"), bdf.schema[f"b__{c}"].dataType,
+                                 adf.schema[f"a__{c}"].dataType)
+        flags.append(F.when(~same, F.lit(c)))
     for c in added:
         flags.append(F.when(F.col(f"a__{c}").isNotNull(), F.lit(c)))
     empty = F.array().cast("array<string>")
     changed = F.filter(F.array(*flags), lambda x: x.isNotNull()) if flags else empty
-    j = j.withColumn("change", F.when(in_b & in_a, F.lit("update")).when(in_a, F.lit("insert")).otherwise(F.lit("delete")))
+    j = j.withColumn("change", change_kind_spark(in_b, in_a))
     j = j.withColumn("changed_columns", F.when(in_b & in_a, changed).otherwise(empty))
     j = j.filter((F.col("change") != "update") | (F.size("changed_columns") > 0))
     before = F.when(in_b, F.struct(*[F.col(f"b__{c}").alias(c) for c in bcols])) if bcols else F.lit(None)
@@ -288,23 +241,13 @@ def spark_frame(td: "TableDiff", spark) -> Any:
     return j.select(*key, "change", "changed_columns", before.alias("before"), after.alias("after"))
 
 
-def spark_rows(td: "TableDiff", spark) -> pa.Table:
-    """Run the table's diff on Spark and collect it as Arrow in the local engine's schema."""
-    from trimerge.diff.engine import BEFORE_ROWID, AFTER_ROWID, classify
-
+def spark_rows(td: "TableDiff", spark, schema: pa.Schema) -> pa.Table:
+    """Run the table's diff on Spark and collect it as Arrow in ``schema`` (the local engine's)."""
     with pinned(td):
         table = spark_frame(td, spark).toArrow()
-    key, common, added = td.compared_columns()
-    # A side the table is missing from borrows the other side's schema, as the local engine does:
-    # an added table's rows carry a typed, all-null ``before`` struct, not a null column.
-    b_schema = (td.before_snapshot if td.before_snapshot.tv else td.after_snapshot).schema
-    a_schema = (td.after_snapshot if td.after_snapshot.tv else td.before_snapshot).schema
-    empty = classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
-                     [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
-    schema = empty.drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema
     if table.num_rows == 0:
         return schema.empty_table()
-    return table.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in key])
+    return table.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in td.primary_key])
 
 
 def write_lance(df, uri: str, storage_options: dict[str, str] | None = None) -> None:

@@ -587,5 +587,8 @@ class ScratchTransaction(Transaction):
         raise InvalidOperationError("a scratch transaction is never published")
 
     def close(self) -> None:
-        """Drop every fork this scratch created."""
+        """Drop every fork this scratch created, and its lease (the name is never used again)."""
+        lock = self._lock
         self.abort()
+        if lock is not None:
+            self.repo.docs.delete(lock.key)

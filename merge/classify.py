@@ -23,7 +23,7 @@ from typing import Sequence
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.equality import names_where, same_values
+from trimerge.diff.rules import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
     "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")

@@ -16,7 +16,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.engine import Snapshot, TableDiff
+from trimerge.diff.engine import TableDiff
+from trimerge.diff.planner import Snapshot, choose_engine, plan_candidates
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
@@ -60,12 +61,12 @@ class ThreeWay:
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
-        if self.engine != "local" and td.storage_status != "unchanged":
-            from trimerge.diff import spark as sp
+        if self.engine != "local" and choose_engine(self.engine, plan_candidates(td.before_snapshot,
+                                                                                 td.after_snapshot)) == "spark":
+            from trimerge.diff.spark import get_spark
 
-            if self.engine == "spark" or sp.estimate_rows(td) > sp.spark_threshold():
-                self.spark = self.spark or sp.get_spark()
-                td.use_spark(self.spark)
+            self.spark = self.spark or get_spark()
+            td.use_spark(self.spark)
         return td
 
     # -- conflicts about whole tables

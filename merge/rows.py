@@ -14,7 +14,7 @@ from typing import Any, Callable
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.equality import same_values
+from trimerge.diff.rules import same_values
 from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col
 from trimerge.merge.edits import TablePlan, conform_rows
 from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, given_row, typed_value

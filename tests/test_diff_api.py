@@ -673,3 +673,13 @@ def test_diff_between_a_fork_of_a_fork_and_a_sibling_reads_fragments(tmp_path):
         assert summary(d) == [(1, "update", ["v"]), (2, "update", ["v"]), (3, "delete", []), (4, "update", ["v"]),
                               (11, "insert", [])]
         assert d.plan.method == "fragments" and d.plan.fragments_read
+
+
+def test_one_function_picks_the_engine_for_diff_and_merge():
+    from trimerge.diff.planner import CandidatePlan, choose_engine
+
+    big = CandidatePlan("fragments", estimated_rows=10)
+    assert choose_engine("auto", big, threshold=5) == "spark"
+    assert choose_engine("auto", big, threshold=50) == "local"
+    assert choose_engine("spark", CandidatePlan("none")) == "local"  # nothing to compute
+    assert choose_engine("spark", big) == "spark" and choose_engine("local", big) == "local"

@@ -1092,6 +1092,7 @@ def test_criss_cross_history_merges_through_a_virtual_base_and_leaves_no_scratch
     assert keyed(repo, "t")[1]["a"] == 10 and keyed(repo, "t")[5]["a"] == 50
     assert keyed(repo, "u")[1]["a"] == 10
     assert not repo.docs.list("intents")  # the scratch that held the virtual base is gone
+    assert not any("scratch" in key for key in repo.docs.list("locks"))
     assert not any(name.startswith("__scratch") for name in repo.refs.branch_names(include_internal=True))
 
 

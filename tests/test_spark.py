@@ -166,3 +166,37 @@ def test_spark_logs_stay_off_stderr_unless_verbose(tmp_path):
     res = run_trimerge_subprocess("-C", repo.uri, "diff", "main", "dev", "--engine", "spark", "--stat")
     assert res.exit_code == 0, res.stderr
     assert "~1" in res.stdout and res.stderr == ""
+
+
+def test_the_equality_rule_is_the_same_in_both_engines(spark):
+    """``same_values`` (polars) and ``same_values_spark`` answer alike where engines usually
+    disagree: NaN, nulls, signed zeros, empty strings, nested lists and structs, a widening."""
+    import math
+
+    import polars as pl
+    from pyspark.sql import functions as F
+
+    from trimerge.diff.rules import same_values, same_values_spark
+
+    nan = math.nan
+    pairs = pa.table({
+        "f_l": pa.array([nan, nan, None, None, -0.0, 1.5, 2.0], pa.float64()),
+        "f_r": pa.array([nan, 1.0, None, 0.0, 0.0, 1.5, 2.5], pa.float64()),
+        "s_l": pa.array([None, "", "a", None, "b", "x", ""], pa.string()),
+        "s_r": pa.array([None, None, "a", "", "B", "x", ""], pa.string()),
+        "l_l": pa.array([[1, None], [], None, [1], [2, 3], [None], []], pa.list_(pa.int64())),
+        "l_r": pa.array([[1, None], None, None, [1, 2], [2, 3], [None], []], pa.list_(pa.int64())),
+        "i_l": pa.array([1, 2, None, 4, 5, 6, 7], pa.int32()),  # widened to int64 on the right
+        "i_r": pa.array([1, 3, None, None, 5, 6, 8], pa.int64()),
+    })
+    frame = pl.from_arrow(pairs)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    sdf = spark.createDataFrame([tuple(r.values()) for r in pairs.to_pylist()], from_arrow_schema(pairs.schema))
+    for name in ("f", "s", "l", "i"):
+        local = frame.select(same_values(pl.col(f"{name}_l"), pl.col(f"{name}_r"), frame.schema[f"{name}_l"],
+                                         frame.schema[f"{name}_r"])).to_series().to_list()
+        remote = [r[0] for r in sdf.select(same_values_spark(F.col(f"{name}_l"), F.col(f"{name}_r"),
+                                                             sdf.schema[f"{name}_l"].dataType,
+                                                             sdf.schema[f"{name}_r"].dataType)).collect()]
+        assert local == remote, name

@@ -1,0 +1,185 @@
+"""The candidate plan of a table diff, shared by both engines: which rows may have changed,
+from Lance metadata alone, and which engine runs the diff.
+
+Methods, cheapest first: ``delta`` (both versions on one Lance lineage from a common version:
+row-version metadata names the changed rows), ``fragments`` (same dataset: fragments whose data
+and deletion files are identical are skipped, those that differ only in deletions contribute the
+rows whose deletion state differs, the rest are read), ``full`` (unrelated datasets), and
+``added``/``dropped``/``none``. The local engine (:mod:`trimerge.diff.engine`) and the Spark
+engine (:mod:`trimerge.diff.spark`) both execute this plan; :func:`choose_engine` picks one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.repository import Repository
+
+#: ``engine="auto"`` runs a table's diff on Spark above this many planned candidate rows.
+DEFAULT_SPARK_THRESHOLD = 20_000_000
+
+
+def spark_threshold() -> int:
+    return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
+
+
+class Snapshot:
+    """One table at one commit, opened lazily."""
+
+    def __init__(self, repo: Repository, tv: TableVersion | None):
+        self.repo = repo
+        self.tv = tv
+        self._ds: lance.LanceDataset | None = None
+
+    @property
+    def ds(self) -> lance.LanceDataset:
+        if self._ds is None:
+            self._ds = self.repo.open_table_version(self.tv)
+        return self._ds
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self.ds.schema if self.tv else None
+
+    @property
+    def root(self) -> str:
+        """Folder of this Lance branch (where its own files live)."""
+        return self.repo.table_store.branch_folder(self.tv)
+
+
+def lineage(repo: Repository, tv: TableVersion) -> list[tuple[str, int]]:
+    """(Lance branch, version) from ``tv`` up through the branches it was forked from to ``main``."""
+    chain = [(tv.lance_branch, tv.version)]
+    forks = repo.table_store.forks(tv.dataset) if tv.lance_branch != "main" else {}
+    while chain[-1][0] != "main" and len(chain) <= len(forks):
+        info = forks.get(chain[-1][0])
+        if not info:
+            return chain
+        chain.append((info.get("parent_branch") or "main", int(info["parent_version"])))
+    return chain
+
+
+def fragment_files(snap: Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
+    """Map each fragment's resolved data-file paths to (fragment, resolved deletion-file path)."""
+    bases = {k: v.path for k, v in snap.ds.base_paths().items()}
+    out = {}
+    for frag in snap.ds.get_fragments():
+        meta = frag.metadata  # attributes, not to_json(): that serializes every inline row id
+        if meta.overlays:
+            key = (f"overlay:{snap.root}:{frag.fragment_id}",)  # never matches: read in full
+        else:
+            key = tuple(sorted(f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}"
+                               for d in meta.files))
+        dfile = meta.deletion_file
+        dpath = None
+        if dfile:
+            base = bases[dfile.base_id] if dfile.base_id is not None else snap.root
+            dpath = f"{base}/{frag.deletion_file()}"
+        out[key] = (frag, dpath)
+    return out
+
+
+def stable_row_ids(snap: Snapshot, frag: Any) -> pa.Array:
+    """The stable row ids of one fragment of a snapshot."""
+    t = snap.ds.scanner(columns=[], with_row_id=True, fragments=[frag]).to_table()
+    return t.column("_rowid").combine_chunks()
+
+
+def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
+    """Row ids in ``a`` and not in ``b``, sorted and unique. Sorted numpy sets: Arrow's hash-based
+    ``is_in`` / ``unique`` took gigabytes at tens of millions of ids."""
+    import numpy as np
+
+    def ids(x: pa.Array) -> "np.ndarray":
+        values = x.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        if len(values) > 1 and not (values[1:] > values[:-1]).all():  # a fragment's ids usually are sorted
+            values = np.sort(values)  # sort, then drop repeats: numpy's unique hashes, many times slower
+            values = values[np.r_[True, values[1:] != values[:-1]]]
+        return values
+
+    left, right = ids(a), ids(b)
+    if len(right):
+        pos = np.minimum(np.searchsorted(right, left), len(right) - 1)
+        left = left[right[pos] != left]
+    return pa.array(left, pa.uint64())
+
+
+def live_rows(frag: Any) -> int:
+    meta = frag.metadata
+    deleted = (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file else 0
+    return meta.physical_rows - deleted
+
+
+def common_version(before: Snapshot, after: Snapshot) -> int | None:
+    """The latest version ``p`` both sides descend from along Lance lineage (a branch and the
+    branches it was forked from, at their fork points), so both can be described by ``delta``
+    from ``p``: the first Lance branch both lineages pass through, at the earlier position."""
+    lineage_b, lineage_a = lineage(before.repo, before.tv), lineage(before.repo, after.tv)
+    on_a = dict(lineage_a)
+    for branch, version in lineage_b:
+        if branch in on_a:
+            common = min(version, on_a[branch])
+            # pylance reads a delta only from versions in the branch's own tree, which starts at
+            # its fork point: deeper lineages fall back to the fragment plan.
+            first = max(lin[1][1] if len(lin) > 1 else 0 for lin in (lineage_b, lineage_a))
+            return common if common >= first else None
+    return None
+
+
+@dataclass
+class CandidatePlan:
+    """Where one table's candidate rows come from (see the module docstring for ``method``)."""
+
+    method: str
+    common_version: int | None = None  # delta: the version both sides are described from
+    read_before: list[Any] = field(default_factory=list)  # fragments read whole, per side
+    read_after: list[Any] = field(default_factory=list)
+    deletion_pairs: list[tuple[Any, Any]] = field(default_factory=list)  # same data files, other deletions
+    skipped: int = 0  # identical fragments
+    estimated_rows: int = 0  # candidate rows of the fragment plan, from metadata (an upper bound)
+
+
+def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
+    """The candidate plan of the diff from ``before`` to ``after`` (no row is read)."""
+    b, a = before, after
+    if b.tv is None and a.tv is None or (b.tv and a.tv and b.tv.location == a.tv.location):
+        return CandidatePlan("none")
+    if b.tv is None:
+        return CandidatePlan("added", read_after=list(a.ds.get_fragments()), estimated_rows=a.ds.count_rows())
+    if a.tv is None:
+        return CandidatePlan("dropped", read_before=list(b.ds.get_fragments()), estimated_rows=b.ds.count_rows())
+    if b.tv.dataset != a.tv.dataset:
+        return CandidatePlan("full", read_before=list(b.ds.get_fragments()), read_after=list(a.ds.get_fragments()),
+                             estimated_rows=b.ds.count_rows() + a.ds.count_rows())
+    plan = CandidatePlan("fragments")
+    fb, fa = fragment_files(b), fragment_files(a)
+    for files in fb.keys() | fa.keys():
+        in_b, in_a = fb.get(files), fa.get(files)
+        if in_b and in_a:
+            if in_b[1] == in_a[1]:
+                plan.skipped += 1
+                continue
+            plan.deletion_pairs.append((in_b[0], in_a[0]))
+            plan.estimated_rows += abs(live_rows(in_b[0]) - live_rows(in_a[0]))
+        else:
+            (plan.read_before if in_b else plan.read_after).append((in_b or in_a)[0])
+            plan.estimated_rows += live_rows((in_b or in_a)[0])
+    common = common_version(b, a)
+    if common is not None:
+        plan.method, plan.common_version = "delta", common
+    return plan
+
+
+def choose_engine(engine: str, plan: CandidatePlan, threshold: int | None = None) -> str:
+    """``local`` or ``spark`` for one table: as asked, or for ``auto`` by the planned size."""
+    if plan.method == "none" or engine == "local":
+        return "local"
+    if engine == "spark":
+        return "spark"
+    return "spark" if plan.estimated_rows > (spark_threshold() if threshold is None else threshold) else "local"

@@ -1,0 +1,102 @@
+"""Reading candidate rows from Lance: whole fragments in slices, or rows by stable row id.
+
+Every read returns the table's columns plus ``_rowid`` as the last column, in the table's types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+from trimerge.diff.planner import Snapshot
+
+ROWID = "_rowid"
+
+
+def with_row_ids(table: pa.Table, ids: pa.Array) -> pa.Table:
+    return table.append_column(ROWID, ids.cast(pa.uint64()))
+
+
+def empty_with_row_ids(schema: pa.Schema) -> pa.Table:
+    return with_row_ids(schema.empty_table(), pa.array([], pa.uint64()))
+
+
+def conform_batches(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Batches read with ``_rowid`` (and maybe other row metadata) as a candidate table: the
+    columns of ``schema`` in its order and types."""
+    return pa.Table.from_batches(batches).select(schema.names).cast(schema)
+
+
+SCAN_BATCH_ROWS = 131072
+
+
+def scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
+    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
+    column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
+    schema = empty_with_row_ids(snap.ds.schema).schema
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **kwargs).to_batches():
+        pending.append(batch)
+        size += batch.num_rows
+        if size >= SCAN_BATCH_ROWS:
+            yield conform_batches(pending, schema)
+            pending, size = [], 0
+    if pending:
+        yield conform_batches(pending, schema)
+
+
+def take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
+    """Rows by stable row id (in that order), with the ids as the last column."""
+    if len(row_ids) == 0:
+        return empty_with_row_ids(snap.ds.schema.empty_table().select(columns).schema)
+    rows = snap.ds._take_rows(row_ids, columns=columns)
+    if rows.num_rows != len(row_ids):
+        raise RuntimeError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
+    return with_row_ids(rows, row_ids)
+
+
+TAKE_CHUNK_ROWS = 1024
+DENSE_TAKE_FRACTION = 0.2  # above this share of a table, one scan beats reading rows one by one
+
+
+def scan_ids(snap: Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
+    """The rows with these (sorted) stable row ids, by one filtered scan of the table."""
+    import numpy as np
+
+    wanted = sorted_ids.to_numpy()
+    found = 0
+    for t in scan(snap):
+        rid = t.column(ROWID).to_numpy()
+        pos = np.minimum(np.searchsorted(wanted, rid), len(wanted) - 1)
+        hit = wanted[pos] == rid
+        found += int(hit.sum())
+        if hit.any():
+            yield t.filter(pa.array(hit))
+    if found != len(wanted):
+        raise RuntimeError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
+
+
+def take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
+    """Every snapshot's rows by stable row id (all columns) as ``(request index, rows)`` slices.
+
+    Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
+    ``_take_rows`` call keeps about one core busy, so ids are sorted (neighbours share chunks) and
+    split into slices that run on a small thread pool (pylance releases the GIL)."""
+    import pyarrow.compute as pc
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs: list[tuple[int, Snapshot, pa.Array]] = []
+    for i, (snap, ids) in enumerate(requests):
+        ids = ids.take(pc.sort_indices(ids)) if len(ids) > 1 else ids
+        if len(ids) >= DENSE_TAKE_FRACTION * snap.ds.count_rows():
+            yield from ((i, t) for t in scan_ids(snap, ids))
+            continue
+        for start in range(0, len(ids), TAKE_CHUNK_ROWS):
+            jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
+    if not jobs:
+        return
+    with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
+        for (i, _, _), rows in zip(jobs, pool.map(lambda job: take(job[1], job[2], job[1].ds.schema.names), jobs)):
+            yield i, rows
