@@ -12,7 +12,9 @@ source changed and dest did not is ``source_only``; a key both changed is one of
                    take, ``conflict_cols`` the cells both changed differently
 =================  ============================================================================
 
-Keys only dest changed need nothing and are never read here.
+Keys only dest changed need nothing and are never read here. The frames' own columns are named
+with a leading ``\x01`` (``"\x01op"``, ``"\x01take_cols"``…): user columns cannot hold control
+characters, so no table's column can collide with them.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Classified:
     value_columns: list[str]
 
     def of(self, *ops: str) -> pl.DataFrame:
-        return self.overlap.filter(pl.col("op").is_in(list(ops)))
+        return self.overlap.filter(pl.col("\x01op").is_in(list(ops)))
 
 
 def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Schema, granularity: str) -> Classified:
@@ -72,11 +74,11 @@ def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Sc
     if not both_t.height:
         return Classified(source_only, _empty_overlap(), key, value_columns)
     both_o = po.join(both_t.select(key), on=key, how="semi", nulls_equal=True)
-    j = both_o.select(*key, pl.col("change").alias("change_o"), pl.col("changed_columns").alias("changed_o"),
-                      pl.col("before").alias("before_o"), pl.col("after").alias("after_o"),
-                      pl.col("_after_rowid").alias("dest_rowid")).join(
-        both_t.select(*key, pl.col("change").alias("change_t"), pl.col("changed_columns").alias("changed_t"),
-                      pl.col("before").alias("before_t"), pl.col("after").alias("after_t")),
+    j = both_o.select(*key, pl.col("change").alias("\x01change_o"), pl.col("changed_columns").alias("\x01changed_o"),
+                      pl.col("before").alias("\x01before_o"), pl.col("after").alias("\x01after_o"),
+                      pl.col("_after_rowid").alias("\x01dest_rowid")).join(
+        both_t.select(*key, pl.col("change").alias("\x01change_t"), pl.col("changed_columns").alias("\x01changed_t"),
+                      pl.col("before").alias("\x01before_t"), pl.col("after").alias("\x01after_t")),
         on=key, how="inner", nulls_equal=True)
     j = _flatten(j, merged, value_columns)
     return Classified(source_only, _operations(j, value_columns, granularity), key, value_columns)
@@ -91,20 +93,20 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl
     """Each side's values as plain columns. Values are compared in their own types (``raw``) and
     kept for writing in the merged type; a source column that does not convert (a type conflict
     dest keeps) is written with dest's values."""
-    fo, ft = _struct_fields(j, "after_o"), _struct_fields(j, "after_t")
-    fb_o, fb_t = _struct_fields(j, "before_o"), _struct_fields(j, "before_t")
-    exprs = [pl.col("after_o").is_not_null().alias("has_o"), pl.col("after_t").is_not_null().alias("has_t"),
-             (pl.col("before_o").is_not_null() | pl.col("before_t").is_not_null()).alias("has_b")]
+    fo, ft = _struct_fields(j, "\x01after_o"), _struct_fields(j, "\x01after_t")
+    fb_o, fb_t = _struct_fields(j, "\x01before_o"), _struct_fields(j, "\x01before_t")
+    exprs = [pl.col("\x01after_o").is_not_null().alias("\x01has_o"), pl.col("\x01after_t").is_not_null().alias("\x01has_t"),
+             (pl.col("\x01before_o").is_not_null() | pl.col("\x01before_t").is_not_null()).alias("\x01has_b")]
     for c in value_columns:
-        exprs.append(pl.col("after_o").struct.field(c).alias(col("o", c)) if c in fo else pl.lit(None).alias(col("o", c)))
+        exprs.append(pl.col("\x01after_o").struct.field(c).alias(col("o", c)) if c in fo else pl.lit(None).alias(col("o", c)))
         # A column the source lacks (it dropped it, or dest added it) keeps dest's value there.
-        exprs.append(pl.col("after_t").struct.field(c).alias(col("t", c)) if c in ft else
-                     pl.col("after_o").struct.field(c).alias(col("t", c)) if c in fo else pl.lit(None).alias(col("t", c)))
-        base = [pl.col(s).struct.field(c) for s, fields in (("before_o", fb_o), ("before_t", fb_t)) if c in fields]
+        exprs.append(pl.col("\x01after_t").struct.field(c).alias(col("t", c)) if c in ft else
+                     pl.col("\x01after_o").struct.field(c).alias(col("t", c)) if c in fo else pl.lit(None).alias(col("t", c)))
+        base = [pl.col(s).struct.field(c) for s, fields in (("\x01before_o", fb_o), ("\x01before_t", fb_t)) if c in fields]
         exprs.append(pl.coalesce(base).alias(col("b", c)) if base else pl.lit(None).alias(col("b", c)))
     flat = j.with_columns(exprs)
     # Final values differ? Compared before any cast, under the diff's equality rule.
-    differ = [(pl.col("has_o") & pl.col("has_t") &
+    differ = [(pl.col("\x01has_o") & pl.col("\x01has_t") &
                ~same_values(pl.col(col("o", c)), pl.col(col("t", c)), flat.schema[col("o", c)],
                             flat.schema[col("t", c)])).alias(f"\x00d{i}") for i, c in enumerate(value_columns)]
     flat = flat.with_columns(differ)
@@ -126,31 +128,31 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl
 def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> pl.DataFrame:
     n = j.height
     d = j.select([f"\x00d{i}" for i in range(len(value_columns))])
-    j = j.with_columns(names_where(d, value_columns, n, "differing"))
-    changed_o = [pl.col("changed_o").list.contains(c).fill_null(False) for c in value_columns]
-    changed_t = [pl.col("changed_t").list.contains(c).fill_null(False) for c in value_columns]
+    j = j.with_columns(names_where(d, value_columns, n, "\x01differing"))
+    changed_o = [pl.col("\x01changed_o").list.contains(c).fill_null(False) for c in value_columns]
+    changed_t = [pl.col("\x01changed_t").list.contains(c).fill_null(False) for c in value_columns]
     flags = j.select(
         *[(pl.col(f"\x00d{i}") & changed_t[i] & ~changed_o[i]).alias(f"\x00take{i}") for i in range(len(value_columns))],
         *[(pl.col(f"\x00d{i}") & changed_t[i] & changed_o[i]).alias(f"\x00both{i}") for i in range(len(value_columns))])
-    take = names_where(flags.select([f"\x00take{i}" for i in range(len(value_columns))]), value_columns, n, "take_cols")
+    take = names_where(flags.select([f"\x00take{i}" for i in range(len(value_columns))]), value_columns, n, "\x01take_cols")
     both = names_where(flags.select([f"\x00both{i}" for i in range(len(value_columns))]), value_columns, n,
-                       "conflict_cols")
-    deleted_o, deleted_t = pl.col("change_o") == "delete", pl.col("change_t") == "delete"
-    inserted_o, inserted_t = pl.col("change_o") == "insert", pl.col("change_t") == "insert"
+                       "\x01conflict_cols")
+    deleted_o, deleted_t = pl.col("\x01change_o") == "delete", pl.col("\x01change_t") == "delete"
+    inserted_o, inserted_t = pl.col("\x01change_o") == "insert", pl.col("\x01change_t") == "insert"
     op = (pl.when(deleted_o & deleted_t).then(pl.lit(CONVERGED))
           .when(deleted_o | deleted_t).then(pl.lit(DELETE_MODIFY))
-          .when(pl.col("differing").list.len() == 0).then(pl.lit(CONVERGED))
+          .when(pl.col("\x01differing").list.len() == 0).then(pl.lit(CONVERGED))
           .when(inserted_o & inserted_t).then(pl.lit(INSERT_INSERT))
           .when(inserted_o | inserted_t | pl.lit(granularity == "row")).then(pl.lit(UPDATE_UPDATE))
-          .otherwise(pl.lit(CELLS)).alias("op"))
+          .otherwise(pl.lit(CELLS)).alias("\x01op"))
     j = j.with_columns(take, both, op).drop([f"\x00d{i}" for i in range(len(value_columns))])
     # A row conflict of updates settles cell by cell too: every differing cell is in conflict.
-    row_level = pl.col("op") == UPDATE_UPDATE
-    return j.with_columns(pl.when(row_level).then(pl.col("differing")).otherwise(pl.col("conflict_cols"))
-                          .alias("conflict_cols"),
-                          pl.when(row_level).then(pl.col("take_cols").list.head(0)).otherwise(pl.col("take_cols"))
-                          .alias("take_cols"))
+    row_level = pl.col("\x01op") == UPDATE_UPDATE
+    return j.with_columns(pl.when(row_level).then(pl.col("\x01differing")).otherwise(pl.col("\x01conflict_cols"))
+                          .alias("\x01conflict_cols"),
+                          pl.when(row_level).then(pl.col("\x01take_cols").list.head(0)).otherwise(pl.col("\x01take_cols"))
+                          .alias("\x01take_cols"))
 
 
 def _empty_overlap() -> pl.DataFrame:
-    return pl.DataFrame({"op": pl.Series([], dtype=pl.String)})
+    return pl.DataFrame({"\x01op": pl.Series([], dtype=pl.String)})

@@ -91,6 +91,13 @@ def typed_value(found: Resolution, column: str, value: Any, schema: pa.Schema) -
                                     f"({schema.field(column).type})") from None
 
 
+def cell_value(found: Resolution, column: str, schema: pa.Schema) -> Any:
+    """The value a ``value`` resolution gives one conflicting cell, typed."""
+    if column not in (found.value or {}):
+        raise InvalidOperationError(f"{found.describe()}: 'value' has no {column!r} (give {{{column!r}: ...}})")
+    return typed_value(found, column, found.value[column], schema)
+
+
 def given_row(found: Resolution, key: Mapping[str, Any], value_columns: list[str], schema: pa.Schema,
               table: str) -> dict[str, Any]:
     """The whole-row value of a ``value`` resolution, typed; key columns in it are ignored."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 from trimerge.diff.rules import same_values
 from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col
 from trimerge.merge.edits import TablePlan, conform_rows
-from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, given_row, typed_value
+from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, cell_value, given_row
 from trimerge.merge.result import Conflict, json_text
 
 Report = Callable[[Conflict], None]
@@ -31,9 +31,9 @@ def fold(plan: TablePlan, cl: Classified, resolver: Resolver, merged: pa.Schema,
     ov = cl.overlap
     if not ov.height:
         return
-    plan.stats.converged += ov.filter(pl.col("op") == CONVERGED).height
-    _fold_cells(plan, cl, ov.filter(pl.col("op").is_in([CELLS, UPDATE_UPDATE])), resolver, merged, report)
-    _fold_rows(plan, cl, ov.filter(pl.col("op").is_in([DELETE_MODIFY, INSERT_INSERT])), resolver, merged, report)
+    plan.stats.converged += ov.filter(pl.col("\x01op") == CONVERGED).height
+    _fold_cells(plan, cl, ov.filter(pl.col("\x01op").is_in([CELLS, UPDATE_UPDATE])), resolver, merged, report)
+    _fold_rows(plan, cl, ov.filter(pl.col("\x01op").is_in([DELETE_MODIFY, INSERT_INSERT])), resolver, merged, report)
 
 
 def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> None:
@@ -64,10 +64,6 @@ def _fields(frame: pl.DataFrame, column: str) -> list[str]:
     return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
 
 
-def _key_dicts(frame: pl.DataFrame, key: list[str]) -> list[dict[str, Any]]:
-    return frame.select(key).to_dicts()
-
-
 def _side(row: dict[str, Any], side: str, columns: list[str], present: bool) -> dict[str, Any] | None:
     return {c: row[col(side, c)] for c in columns} if present else None
 
@@ -81,8 +77,8 @@ def _fold_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
         return
     key, values = cl.key, cl.value_columns
     default, by = resolver.default(plan.name)
-    conflicting = pl.col("conflict_cols").list.len() > 0
-    choice = {c: pl.when(pl.col("conflict_cols").list.contains(c)).then(pl.lit(default, pl.String))
+    conflicting = pl.col("\x01conflict_cols").list.len() > 0
+    choice = {c: pl.when(pl.col("\x01conflict_cols").list.contains(c)).then(pl.lit(default, pl.String))
               .otherwise(pl.lit(None, pl.String)) for c in values}
     given: dict[str, pl.Expr] = {}
     if resolver.by_hand and rows.filter(conflicting).height:
@@ -95,25 +91,25 @@ def _fold_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
     final = []
     for c in values:
         ch = pl.col(f"ch\x00{c}")
-        e = (pl.when(pl.col("take_cols").list.contains(c)).then(pl.col(col("t", c)))
+        e = (pl.when(pl.col("\x01take_cols").list.contains(c)).then(pl.col(col("t", c)))
              .when(ch == THEIRS).then(pl.col(col("t", c))).when(ch == BASE).then(pl.col(col("b", c))))
         if c in given:
             e = e.when(ch == VALUE).then(given[c])
-        final.append(e.otherwise(pl.col(col("o", c))).alias(c))
+        final.append(e.otherwise(pl.col(col("o", c))).alias(col("f", c)))  # "f": the final value
     rows = rows.with_columns(final)
-    unresolved = [(pl.col("conflict_cols").list.contains(c) & pl.col(f"ch\x00{c}").is_null()).alias(f"u\x00{c}")
+    unresolved = [(pl.col("\x01conflict_cols").list.contains(c) & pl.col(f"ch\x00{c}").is_null()).alias(f"u\x00{c}")
                   for c in values]
-    moved = [(~same_values(pl.col(c), pl.col(col("o", c)))).alias(f"m\x00{c}") for c in values]
+    moved = [(~same_values(pl.col(col("f", c)), pl.col(col("o", c)))).alias(f"m\x00{c}") for c in values]
     rows = rows.with_columns(unresolved + moved)
     open_rows = rows.filter(pl.any_horizontal([f"u\x00{c}" for c in values])) if values else rows.clear()
     for r in open_rows.to_dicts():
         cols = [c for c in values if r[f"u\x00{c}"]]
         report(Conflict("row.update_update", plan.name, {k: r[k] for k in key}, tuple(cols),
-                        _side(r, "b", cols, r["has_b"]), _side(r, "o", cols, True), _side(r, "t", cols, True)))
+                        _side(r, "b", cols, r["\x01has_b"]), _side(r, "o", cols, True), _side(r, "t", cols, True)))
     plan.stats.conflicts += open_rows.height
     if by == "strategy" and values:
         hand_cols = set(rows.columns)
-        by_strategy = [pl.col("conflict_cols").list.contains(c) &
+        by_strategy = [pl.col("\x01conflict_cols").list.contains(c) &
                        (pl.col(f"h\x00{c}").is_null() if f"h\x00{c}" in hand_cols else pl.lit(True)) for c in values]
         plan.stats.resolved += rows.filter(conflicting & ~pl.any_horizontal([f"u\x00{c}" for c in values])
                                            & pl.any_horizontal(by_strategy)).height
@@ -122,8 +118,9 @@ def _fold_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
         return
     plan.stats.cells_merged += int(written.select(pl.sum_horizontal([f"m\x00{c}" for c in values])).to_series().sum())
     plan.stats.rows_from_source += written.height
-    plan.upserts.append(conform_rows(written.select(*key, *values).to_arrow(), merged))
-    plan.replace(written["dest_rowid"].to_arrow(), written.select(key).to_arrow())
+    plan.upserts.append(conform_rows(written.select(*key, *[pl.col(col("f", c)).alias(c) for c in values]).to_arrow(),
+                                     merged))
+    plan.replace(written["\x01dest_rowid"].to_arrow(), written.select(key).to_arrow())
 
 
 def _hand_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Resolver,
@@ -131,20 +128,18 @@ def _hand_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
     """Choices (``h\\0c``) and given values (``v\\0c``) of the conflicting cells resolved by hand."""
     key, values = cl.key, cl.value_columns
     out: list[dict[str, Any]] = []
-    for r in rows.select(*key, "conflict_cols", *[col("o", c) for c in values], *[col("t", c) for c in values],
+    for r in rows.select(*key, "\x01conflict_cols", *[col("o", c) for c in values], *[col("t", c) for c in values],
                          *[col("b", c) for c in values]).to_dicts():
         k = {c: r[c] for c in key}
         key_text = json_text(k)
         entry: dict[str, Any] = {}
-        for c in r["conflict_cols"]:
+        for c in r["\x01conflict_cols"]:
             found = resolver.find("row.update_update", plan.name, key_text, c)
             if found is None:
                 continue
             entry[f"h\x00{c}"] = found.resolution
             if found.resolution == VALUE:
-                if c not in (found.value or {}):
-                    raise_no_value(found, c)
-                entry[f"v\x00{c}"] = typed_value(found, c, found.value[c], merged)
+                entry[f"v\x00{c}"] = cell_value(found, c, merged)
         if entry:
             out.append({**k, **entry})
     if not out:
@@ -159,12 +154,6 @@ def _hand_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
     return frame.rename({v: n for n, v in plain.items()}).with_columns([pl.col(k).cast(rows.schema[k]) for k in key])
 
 
-def raise_no_value(found: Any, column: str) -> None:
-    from trimerge.lineage.errors import InvalidOperationError
-
-    raise InvalidOperationError(f"{found.describe()}: 'value' has no {column!r} (give {{{column!r}: ...}})")
-
-
 # ------------------------------------------------------------------------------------- row conflicts
 def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Resolver, merged: pa.Schema,
                report: Report) -> None:
@@ -174,41 +163,41 @@ def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Re
         return
     key, values = cl.key, cl.value_columns
     default, by = resolver.default(plan.name)
-    rows = rows.with_columns(pl.lit(default, pl.String).alias("choice"))
+    rows = rows.with_columns(pl.lit(default, pl.String).alias("\x01choice"))
     given: list[dict[str, Any]] = []
     by_strategy = rows.height if by == "strategy" else 0
     if resolver.by_hand:
         picks = []
-        for r in rows.select(*key, "op").to_dicts():
+        for r in rows.select(*key, "\x01op").to_dicts():
             k = {c: r[c] for c in key}
-            found = resolver.find(_KIND[r["op"]], plan.name, json_text(k), None)
+            found = resolver.find(_KIND[r["\x01op"]], plan.name, json_text(k), None)
             picks.append(found.resolution if found else default)
             by_strategy -= found is not None and by == "strategy"
             if found is not None and found.resolution == VALUE:
                 given.append({**k, **given_row(found, k, values, merged, plan.name)})
-        rows = rows.with_columns(pl.Series("choice", picks, dtype=pl.String))
+        rows = rows.with_columns(pl.Series("\x01choice", picks, dtype=pl.String))
     plan.stats.resolved += by_strategy
-    for r in rows.filter(pl.col("choice").is_null()).to_dicts():
-        o_deleted = r["change_o"] == "delete"
+    for r in rows.filter(pl.col("\x01choice").is_null()).to_dicts():
+        o_deleted = r["\x01change_o"] == "delete"
         message = ""
-        if r["op"] == DELETE_MODIFY:
+        if r["\x01op"] == DELETE_MODIFY:
             message = (f"deleted on {'dest' if o_deleted else 'source'}, "
                        f"changed on {'source' if o_deleted else 'dest'}")
-        cols = list(r["differing"] or []) if r["op"] == INSERT_INSERT else values
-        report(Conflict(_KIND[r["op"]], plan.name, {k: r[k] for k in key},
-                        tuple(r["differing"] or []) if r["op"] == INSERT_INSERT else (),
-                        _side(r, "b", cols, r["has_b"]), _side(r, "o", cols, r["has_o"]),
-                        _side(r, "t", cols, r["has_t"]), message))
+        cols = list(r["\x01differing"] or []) if r["\x01op"] == INSERT_INSERT else values
+        report(Conflict(_KIND[r["\x01op"]], plan.name, {k: r[k] for k in key},
+                        tuple(r["\x01differing"] or []) if r["\x01op"] == INSERT_INSERT else (),
+                        _side(r, "b", cols, r["\x01has_b"]), _side(r, "o", cols, r["\x01has_o"]),
+                        _side(r, "t", cols, r["\x01has_t"]), message))
         plan.stats.conflicts += 1
     # The chosen side's row replaces dest's; a side without the row deletes it.
-    has = {THEIRS: "has_t", BASE: "has_b"}
+    has = {THEIRS: "\x01has_t", BASE: "\x01has_b"}
     for choice, side in ((THEIRS, "t"), (BASE, "b")):
-        chosen = rows.filter(pl.col("choice") == choice)
+        chosen = rows.filter(pl.col("\x01choice") == choice)
         if not chosen.height:
             continue
         stays = pl.col(has[choice])
         if choice == BASE and resolver.virtual_base:
-            stays = stays | (pl.col("op") == INSERT_INSERT)  # base values: nulls
+            stays = stays | (pl.col("\x01op") == INSERT_INSERT)  # base values: nulls
         gone = chosen.filter(~stays)
         if gone.height:
             plan.deletes.append(gone.select(key).to_arrow())
@@ -216,17 +205,17 @@ def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Re
         if kept.height:
             plan.upserts.append(conform_rows(kept.select(*key, *[pl.col(col(side, c)).alias(c) for c in values])
                                              .to_arrow(), merged))
-        present = chosen.filter(pl.col("has_o"))
-        plan.replace(present["dest_rowid"].to_arrow(), present.select(key).to_arrow())
+        present = chosen.filter(pl.col("\x01has_o"))
+        plan.replace(present["\x01dest_rowid"].to_arrow(), present.select(key).to_arrow())
         plan.stats.rows_from_source += chosen.height
     if given:
-        chosen = rows.filter(pl.col("choice") == VALUE)
+        chosen = rows.filter(pl.col("\x01choice") == VALUE)
         current = {tuple(r[k] for k in key): r for r in chosen.to_dicts()}
         full = []
         for g in given:
             r = current[tuple(g[k] for k in key)]
             full.append({**{c: r[col("o", c)] for c in values}, **g})
         plan.upserts.append(conform_rows(pa.Table.from_pylist(full), merged))
-        present = chosen.filter(pl.col("has_o"))
-        plan.replace(present["dest_rowid"].to_arrow(), present.select(key).to_arrow())
+        present = chosen.filter(pl.col("\x01has_o"))
+        plan.replace(present["\x01dest_rowid"].to_arrow(), present.select(key).to_arrow())
         plan.stats.rows_from_source += chosen.height

@@ -102,3 +102,38 @@ def test_outcome_under_each_strategy(history, strategy, granularity, memory, mon
     unresolved = COLUMNS[(None, granularity)]
     assert result.stats["t"].resolved == sum(isinstance(case[unresolved], str) for case in CASES)
 
+
+
+@pytest.mark.parametrize("strategy", [None, "source-wins", "dest-wins"])
+def test_table_granularity_takes_whole_tables(history, strategy):
+    """At table granularity a table changed on both sides is one conflict; a strategy takes one
+    side's table as it is."""
+    branch = f"into-table-{strategy}"
+    history.branches.create(branch, from_ref="main")
+    result = merge("feature", branch, repo=history, dry_run=strategy is None, strategy=strategy, granularity="table")
+    if strategy is None:
+        assert [c.kind for c in result.conflicts] == ["table.update_update"]
+        return
+    side = "feature" if strategy == "source-wins" else "main"
+    assert history.read("t", branch).sort_by("id").equals(history.read("t", side).sort_by("id"))
+    assert result.stats["t"].resolved == 1
+
+
+def test_columns_named_like_the_merge_s_own_columns_merge_normally(tmp_path):
+    """Keys and value columns called ``op``, ``take_cols``, ``conflict_cols``… cannot collide with
+    the fold's working columns."""
+    names = ["take_cols", "conflict_cols", "has_b", "dest_rowid", "differing", "choice"]
+    repo = trimerge.Repository.init(tmp_path / "repo", actor="t")
+    repo.create_table("t", pa.table({"op": [1, 2], **{n: [0, 0] for n in names}}), ["op"])
+    repo.branches.create("feature", from_ref="main")
+    repo.upsert("t", pa.table({"op": [1], **{n: [1 if i % 2 else 0] for i, n in enumerate(names)}}), branch="main")
+    repo.upsert("t", pa.table({"op": [1], **{n: [0 if i % 2 else 2] for i, n in enumerate(names)}}), branch="feature")
+    repo.upsert("t", pa.table({"op": [2], **{n: [5] for n in names}}), branch="feature")
+    result = merge("feature", "main", repo=repo)
+    assert not result.conflicts and result.stats["t"].cells_merged == 3
+    rows = {r["op"]: r for r in repo.read("t", "main").to_pylist()}
+    assert [rows[1][n] for n in names] == [2, 1, 2, 1, 2, 1] and all(rows[2][n] == 5 for n in names)
+    repo.upsert("t", pa.table({"op": [2], **{n: [6] for n in names}}), branch="main")
+    repo.upsert("t", pa.table({"op": [2], **{n: [7] for n in names}}), branch="feature")
+    clash = merge("feature", "main", repo=repo, dry_run=True)
+    assert [(c.kind, c.key, c.columns) for c in clash.conflicts] == [("row.update_update", {"op": 2}, tuple(names))]

@@ -49,10 +49,10 @@ def test_each_key_is_classified_once(base, dest, source, cell_op, row_op, take, 
         c = classify(ours, theirs, ["id"], MERGED, granularity)
         assert c.source_only.height == 0
         row = c.overlap.to_dicts()[0]
-        assert row["op"] == op, granularity
+        assert row["\x01op"] == op, granularity
         if op == CELLS:
-            assert row["take_cols"] == take and row["conflict_cols"] == conflict
-        assert row["dest_rowid"] == (101 if dest else None)
+            assert row["\x01take_cols"] == take and row["\x01conflict_cols"] == conflict
+        assert row["\x01dest_rowid"] == (101 if dest else None)
 
 
 def test_keys_only_the_source_changed_are_source_only():
