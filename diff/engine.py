@@ -46,6 +46,8 @@ from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, Table
 from trimerge.lineage.repository import Repository
 
 ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
+#: Columns of :meth:`TableDiff.rows` besides the key.
+DIFF_COLUMNS = ("change", "changed_columns", "before", "after")
 Status = Literal["added", "dropped", "modified", "unchanged"]
 Progress = Callable[[str, str], None]
 
@@ -262,6 +264,10 @@ class TableDiff:
         return self._changed_rows().table is None
 
     def _changed_rows(self) -> ChangedRows:
+        clash = sorted(set(self.primary_key) & set(DIFF_COLUMNS))
+        if clash:
+            raise InvalidOperationError(f"table {self.name}: key column(s) {clash} share a name with the diff's own "
+                                        f"columns ({', '.join(DIFF_COLUMNS)}); rename them to diff this table")
         if self._changed is None:
             if self.engine == "spark" and self.storage_status != "unchanged":
                 from trimerge.diff.spark import spark_rows

@@ -683,3 +683,12 @@ def test_one_function_picks_the_engine_for_diff_and_merge():
     assert choose_engine("auto", big, threshold=50) == "local"
     assert choose_engine("spark", CandidatePlan("none")) == "local"  # nothing to compute
     assert choose_engine("spark", big) == "spark" and choose_engine("local", big) == "local"
+
+
+def test_a_key_named_like_a_diff_column_is_a_clear_error(tmp_path):
+    from trimerge.lineage.errors import InvalidOperationError
+
+    repo = new_repo(tmp_path, {"t": (tbl(change=[1, 2], v=["a", "b"]), ["change"])}, branches=("feature",))
+    repo.upsert("t", tbl(change=[1], v=["c"]), branch="feature")
+    with pytest.raises(InvalidOperationError, match="share a name with the diff's own columns"):
+        diff("main", "feature", repo=repo).tables["t"].rows()
