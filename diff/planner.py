@@ -105,8 +105,12 @@ def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
 
     left, right = ids(a), ids(b)
     if len(right):
-        pos = np.minimum(np.searchsorted(right, left), len(right) - 1)
-        left = left[right[pos] != left]
+        kept = []
+        for start in range(0, len(left), 1 << 20):  # in slices: the lookups' temporaries stay small
+            part = left[start:start + (1 << 20)]
+            pos = np.minimum(np.searchsorted(right, part), len(right) - 1)
+            kept.append(part[right[pos] != part])
+        left = np.concatenate(kept) if kept else left
     return pa.array(left, pa.uint64())
 
 

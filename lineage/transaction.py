@@ -357,6 +357,8 @@ class Transaction:
         offsets: dict[int, list[np.ndarray]] = {}
         for start in range(0, len(ids), REPLACE_CHUNK_ROWS):
             chunk = ids.slice(start, REPLACE_CHUNK_ROWS)
+            if isinstance(chunk, pa.ChunkedArray):
+                chunk = chunk.combine_chunks()
             found = ds._take_rows(chunk, columns=pk + ["_rowaddr"])
             if found.num_rows != len(chunk) or \
                     not found.select(pk).cast(key_schema).equals(expected.slice(start, len(chunk))):

@@ -45,7 +45,7 @@ def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None
     if plan.ids_complete and plan.dest_row_keys:
         key_schema = pa.schema([schema.field(c) for c in plan.dest_row_keys[0].column_names])
         keys = pa.concat_tables([k.cast(key_schema) for k in plan.dest_row_keys])
-        ids = pa.concat_arrays(plan.dest_row_ids)
+        ids = pa.chunked_array(plan.dest_row_ids, pa.uint64())  # no copy: replace_rows reads it in slices
         rows = pa.RecordBatchReader.from_batches(schema, (b for t in conformed() for b in t.to_batches()))
         if tx.replace_rows(name, ids, keys, rows):
             return
