@@ -117,6 +117,8 @@ def _task_base(snap: "Snapshot") -> dict:
 
 
 def _side_tasks_full(snap: "Snapshot", fragments: list) -> list[dict]:
+    if not fragments:  # also a side the table is missing from (added or dropped)
+        return []
     tasks = []
     base = _task_base(snap)
     for frag in fragments:

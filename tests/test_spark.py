@@ -200,3 +200,14 @@ def test_the_equality_rule_is_the_same_in_both_engines(spark):
                                                              sdf.schema[f"{name}_l"].dataType,
                                                              sdf.schema[f"{name}_r"].dataType)).collect()]
         assert local == remote, name
+
+
+def test_spark_diffs_an_added_and_a_dropped_table(tmp_path, spark):
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.create_table("gone", pa.table({"id": [1, 2], "v": ["a", "b"]}), ["id"])
+    repo.branches.create("feature", from_ref="main")
+    repo.create_table("new", pa.table({"id": [1, 2, 3], "v": ["x", "y", "z"]}), ["id"], branch="feature")
+    repo.drop_table("gone", branch="feature")
+    for table in ("new", "gone"):
+        local, remote = both(repo, "main", "feature", spark, table)
+        assert_same(local, remote)
