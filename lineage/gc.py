@@ -39,6 +39,7 @@ Why no interleaving loses data that a ref reaches afterwards:
 from __future__ import annotations
 
 import time
+from urllib.parse import unquote
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -77,6 +78,7 @@ class GcReport:
     versions_removed: int = 0
     lance_tags_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
+    stale_leases_removed: int = 0  # leases of scratch transactions whose process died
     deletion_records_expired: int = 0
     bytes_freed: int = 0
     pending: list[str] = field(default_factory=list)  # forks other forks still start from
@@ -315,6 +317,28 @@ class Collector:
                 self.report.deletion_records_expired += 1
         for key in self.repo.docs.list(LEGACY_RECLAIM):
             self.repo.docs.delete(key)
+        self.sweep_scratch_leases()
+
+    def sweep_scratch_leases(self) -> None:
+        """Delete the lease documents of scratch transactions (a merge's virtual base) whose process
+        died: a closed scratch deletes its own; one nobody holds and no intent names is a leftover.
+        Taking the lease first means a live scratch is never touched."""
+        from trimerge.lineage.transaction import SCRATCH_PREFIX
+
+        docs = self.repo.docs
+        named = set()
+        for key in docs.list(INTENTS):
+            intent = docs.get(key)
+            if isinstance(intent, dict):
+                named.add(str(intent.get("branch")))
+        for key in docs.list("locks"):
+            name = unquote(key.rsplit("/", 1)[-1].removesuffix(".lock"))
+            if not name.startswith(SCRATCH_PREFIX) or name in named:
+                continue
+            lease = Lease(docs, key, f"gc {self.run_id}")
+            if lease.try_acquire():
+                docs.delete(key)
+                self.report.stale_leases_removed += 1
 
 
 def _older_than(ulid_text: str, seconds: float) -> bool:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
 
 
+SCRATCH_PREFIX = "__scratch_"  # lease names of scratch transactions (see gc for their leftovers)
 REPLACE_CHUNK_ROWS = 1 << 20  # row ids checked per read when rows are replaced by id
 
 
@@ -565,7 +566,7 @@ class ScratchTransaction(Transaction):
 
     def __init__(self, repo: "Repository", tables: Mapping[str, TableVersion], base: Commit, purpose: str):
         ulid = str(ULID())
-        super().__init__(repo, f"__scratch_{ulid.lower()}__", actor="trimerge:scratch", message=purpose,
+        super().__init__(repo, f"{SCRATCH_PREFIX}{ulid.lower()}__", actor="trimerge:scratch", message=purpose,
                          metadata=None)
         self.ulid = ulid
         self._start = (dict(tables), base)
