@@ -140,8 +140,17 @@ class TableDiff:
         else:
             self.storage_status = "modified"
         self.plan = DiffPlan(method="none" if self.storage_status == "unchanged" else self.storage_status)  # refined by _collect
+        self._candidate_plan: CandidatePlan | None = None
         self.engine: Literal["local", "spark"] = "local"
         self._spark: Any = None
+
+    @property
+    def candidate_plan(self) -> CandidatePlan:
+        """This table's candidate plan (metadata only; made once, shared by both engines and the
+        engine choice)."""
+        if self._candidate_plan is None:
+            self._candidate_plan = plan_candidates(self.before_snapshot, self.after_snapshot)
+        return self._candidate_plan
 
     def use_spark(self, spark: Any) -> None:
         """Compute this table's rows on Spark (same schema and rows as the local engine)."""
@@ -318,7 +327,7 @@ class TableDiff:
     def _collect(self, out: CandidateBuffer) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
         b, a = self.before_snapshot, self.after_snapshot
-        plan = plan_candidates(b, a)
+        plan = self.candidate_plan
         if plan.method == "none":
             return
         if plan.method == "delta":
@@ -566,7 +575,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     if engine != "local":
         for td in result.tables.values():
-            if choose_engine(engine, plan_candidates(td.before_snapshot, td.after_snapshot), spark_threshold) == "spark":
+            if choose_engine(engine, td.candidate_plan, spark_threshold) == "spark":
                 from trimerge.diff.spark import get_spark
 
                 spark = spark or get_spark()

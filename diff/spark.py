@@ -27,7 +27,7 @@ import pyarrow as pa
 from ulid import ULID
 
 from trimerge.diff.rules import change_kind_spark, same_values_spark
-from trimerge.diff.planner import plan_candidates, set_minus, stable_row_ids
+from trimerge.diff.planner import set_minus, stable_row_ids
 from trimerge.lineage.errors import TrimergeError
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
     """(before tasks, after tasks): the table's candidate plan as executor tasks. Spark reads the
     fragment plan (a delta is read on the driver by pylance, so it is not worth a job)."""
     b, a = td.before_snapshot, td.after_snapshot
-    plan = plan_candidates(b, a)
+    plan = td.candidate_plan
     if plan.method == "none":
         return [], []
     ids_b, ids_a = [], []

@@ -54,9 +54,6 @@ class Classified:
     key: list[str]
     value_columns: list[str]
 
-    def of(self, *ops: str) -> pl.DataFrame:
-        return self.overlap.filter(pl.col("\x01op").is_in(list(ops)))
-
 
 def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Schema, granularity: str) -> Classified:
     """Classify the keys of the source's changes ``theirs`` against dest's changes ``ours`` (both as
@@ -84,7 +81,8 @@ def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Sc
     return Classified(source_only, _operations(j, value_columns, granularity), key, value_columns)
 
 
-def _struct_fields(frame: pl.DataFrame, column: str) -> list[str]:
+def struct_fields(frame: pl.DataFrame, column: str) -> list[str]:
+    """The field names of a struct column (none when the column is all null)."""
     dtype = frame.schema[column]
     return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
 
@@ -93,8 +91,8 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl
     """Each side's values as plain columns. Values are compared in their own types (``raw``) and
     kept for writing in the merged type; a source column that does not convert (a type conflict
     dest keeps) is written with dest's values."""
-    fo, ft = _struct_fields(j, "\x01after_o"), _struct_fields(j, "\x01after_t")
-    fb_o, fb_t = _struct_fields(j, "\x01before_o"), _struct_fields(j, "\x01before_t")
+    fo, ft = struct_fields(j, "\x01after_o"), struct_fields(j, "\x01after_t")
+    fb_o, fb_t = struct_fields(j, "\x01before_o"), struct_fields(j, "\x01before_t")
     exprs = [pl.col("\x01after_o").is_not_null().alias("\x01has_o"), pl.col("\x01after_t").is_not_null().alias("\x01has_t"),
              (pl.col("\x01before_o").is_not_null() | pl.col("\x01before_t").is_not_null()).alias("\x01has_b")]
     for c in value_columns:
@@ -118,8 +116,7 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl
             if flat.schema[name] == target:
                 continue
             try:
-                flat.select(pl.col(name).cast(target, strict=True))
-                casts.append(pl.col(name).cast(target))
+                flat = flat.with_columns(pl.col(name).cast(target, strict=True))
             except (pl.exceptions.PolarsError, pa.ArrowException):
                 casts.append((pl.col(col("o", c)) if side == "t" else pl.lit(None)).cast(target, strict=False).alias(name))
     return flat.with_columns(casts) if casts else flat

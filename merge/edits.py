@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -105,6 +106,7 @@ class RowSpool:
             from trimerge.diff.spill import spill_directory
 
             self._directory = spill_directory()
+            weakref.finalize(self, shutil.rmtree, self._directory, True)  # as a spilled diff's files
             self._writer = pa.ipc.new_file(os.path.join(self._directory, "rows.arrow"), self._schema)
             for t in self._tables:
                 self._writer.write_table(t)

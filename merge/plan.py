@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.engine import TableDiff
-from trimerge.diff.planner import Snapshot, choose_engine, plan_candidates
+from trimerge.diff.planner import Snapshot, choose_engine
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
@@ -61,8 +61,7 @@ class ThreeWay:
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
-        if self.engine != "local" and choose_engine(self.engine, plan_candidates(td.before_snapshot,
-                                                                                 td.after_snapshot)) == "spark":
+        if self.engine != "local" and choose_engine(self.engine, td.candidate_plan) == "spark":
             from trimerge.diff.spark import get_spark
 
             self.spark = self.spark or get_spark()
@@ -170,8 +169,13 @@ class ThreeWay:
             return plan
         sb = self.repo.open_table_version(b).schema if b else None
         so, st = self.repo.open_table_version(o).schema, self.repo.open_table_version(t).schema
+        # Which columns each side changed matters only for a column the other side dropped: each
+        # answer is a pass over a whole diff, so it is read only then.
+        base_names = set(sb.names) if sb is not None else set()
+        changed_o = changed_columns(d_o) if base_names - set(st.names) else set()
+        changed_t = changed_columns(d_t) if base_names - set(so.names) else set()
         schema = merge_schema(name, sb, so, st, b.primary_key if b else None, o.primary_key, t.primary_key,
-                              changed_columns(d_o), changed_columns(d_t), lambda c: self.decide_column(plan, c))
+                              changed_o, changed_t, lambda c: self.decide_column(plan, c))
         if schema.table_conflict is not None:
             return self.table_conflict(plan, schema.table_conflict)
         if schema.to_base:

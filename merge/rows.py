@@ -15,7 +15,8 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.rules import same_values
-from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col
+from trimerge.merge.classify import (CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col,
+                                     struct_fields)
 from trimerge.merge.edits import TablePlan, conform_rows
 from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, cell_value, given_row
 from trimerge.merge.result import Conflict, json_text
@@ -49,7 +50,7 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
         plan.replace(existing["_before_rowid"].to_arrow(), existing.select(key).to_arrow())
     keep = rows.filter(pl.col("change") != "delete")
     if keep.height:
-        after, before = _fields(keep, "after"), _fields(keep, "before")
+        after, before = struct_fields(keep, "after"), struct_fields(keep, "before")
         cols = [pl.col("after" if f.name in after else "before").struct.field(f.name).alias(f.name)
                 for f in merged if f.name not in key and (f.name in after or f.name in before)]
         values = keep.select(*key, *cols).to_arrow()
@@ -57,11 +58,6 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
             if before else None
         plan.upserts.append(conform_rows(values, merged, fallback=base))
     plan.stats.rows_from_source += rows.height
-
-
-def _fields(frame: pl.DataFrame, column: str) -> list[str]:
-    dtype = frame.schema[column]
-    return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
 
 
 def _side(row: dict[str, Any], side: str, columns: list[str], present: bool) -> dict[str, Any] | None:
@@ -128,8 +124,7 @@ def _hand_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
     """Choices (``h\\0c``) and given values (``v\\0c``) of the conflicting cells resolved by hand."""
     key, values = cl.key, cl.value_columns
     out: list[dict[str, Any]] = []
-    for r in rows.select(*key, "\x01conflict_cols", *[col("o", c) for c in values], *[col("t", c) for c in values],
-                         *[col("b", c) for c in values]).to_dicts():
+    for r in rows.select(*key, "\x01conflict_cols").to_dicts():
         k = {c: r[c] for c in key}
         key_text = json_text(k)
         entry: dict[str, Any] = {}
