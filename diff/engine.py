@@ -142,6 +142,7 @@ class TableDiff:
         self.plan = DiffPlan(method="none" if self.storage_status == "unchanged" else self.storage_status)  # refined by _collect
         self._candidate_plan: CandidatePlan | None = None
         self.engine: Literal["local", "spark"] = "local"
+        self.spark_changes: Any = None  # on Spark: the changed rows, kept on executors (diff.spark.changes)
         self._spark: Any = None
 
     @property
@@ -187,6 +188,15 @@ class TableDiff:
 
     @property
     def counts(self) -> DiffCounts:
+        if self._counts is None and self._changed is None and self.engine == "spark" and \
+                self.storage_status != "unchanged":
+            from trimerge.diff.spark import spark_counts
+
+            per_change = spark_counts(self, self._spark)
+            self._counts = DiffCounts(inserted=per_change.get("insert", (0, 0))[0],
+                                      deleted=per_change.get("delete", (0, 0))[0],
+                                      updated=per_change.get("update", (0, 0))[0],
+                                      cells_changed=sum(cells for _, cells in per_change.values()))
         if self._counts is None:
             import pyarrow.compute as pc
 
@@ -264,8 +274,8 @@ class TableDiff:
             yield from t.to_batches()
 
     def rows_with_row_ids_schema(self) -> pa.Schema:
-        """The schema of :meth:`rows_with_row_ids`, without reading the rows of a spilled diff."""
-        return self._changed_rows().schema
+        """The schema of :meth:`rows_with_row_ids`, without reading any rows."""
+        return self._empty_rows().schema if self._changed is None else self._changed.schema
 
     @property
     def spilled(self) -> bool:
@@ -281,10 +291,7 @@ class TableDiff:
             if self.engine == "spark" and self.storage_status != "unchanged":
                 from trimerge.diff.spark import spark_rows
 
-                rows = spark_rows(self, self._spark, self._empty_rows().drop_columns([BEFORE_ROWID, AFTER_ROWID]).schema)
-                n = rows.num_rows
-                self._changed = ChangedRows.in_memory(rows.append_column(
-                    BEFORE_ROWID, pa.nulls(n, pa.uint64())).append_column(AFTER_ROWID, pa.nulls(n, pa.uint64())))
+                self._changed = ChangedRows.in_memory(spark_rows(self, self._spark, self._empty_rows().schema))
                 self.plan = DiffPlan("spark")
             else:
                 self._changed = self._compute()

@@ -206,8 +206,12 @@ def _spark_safe(schema: pa.Schema) -> pa.Schema:
     return pa.schema(out)
 
 
-def spark_frame(td: "TableDiff", spark) -> Any:
-    """The table's changed rows as a Spark DataFrame (same columns as ``TableDiff.rows()``)."""
+ROW_ID = "_rowid"
+
+
+def spark_frame(td: "TableDiff", spark, row_ids: bool = False) -> Any:
+    """The table's changed rows as a Spark DataFrame (same columns as ``TableDiff.rows()``;
+    ``row_ids``: as ``rows_with_row_ids()``, with each side's stable row id as a long)."""
     from pyspark.sql import functions as F
 
     key, common, added = td.compared_columns()
@@ -219,10 +223,14 @@ def spark_frame(td: "TableDiff", spark) -> Any:
     a_schema = _spark_safe(a_schema or pa.schema([ref_schema.field(k) for k in key]))
     bcols = [c for c in b_schema.names if c not in key]
     acols = [c for c in a_schema.names if c not in key]
+    if row_ids:  # stable row ids stay below 2**63: a long holds them
+        b_schema, a_schema = (s.append(pa.field(ROW_ID, pa.int64())) for s in (b_schema, a_schema))
     bdf = _side_frame(spark, before_tasks, b_schema)
     adf = _side_frame(spark, after_tasks, a_schema)
-    bdf = bdf.select(*key, *[F.col(f"`{c}`").alias(f"b__{c}") for c in bcols], F.lit(True).alias("__in_b"))
-    adf = adf.select(*key, *[F.col(f"`{c}`").alias(f"a__{c}") for c in acols], F.lit(True).alias("__in_a"))
+    ids_b = [F.col(ROW_ID).alias("__rid_b")] if row_ids else []
+    ids_a = [F.col(ROW_ID).alias("__rid_a")] if row_ids else []
+    bdf = bdf.select(*key, *[F.col(f"`{c}`").alias(f"b__{c}") for c in bcols], *ids_b, F.lit(True).alias("__in_b"))
+    adf = adf.select(*key, *[F.col(f"`{c}`").alias(f"a__{c}") for c in acols], *ids_a, F.lit(True).alias("__in_a"))
     j = bdf.join(adf, on=key, how="full_outer")
     in_b = F.coalesce(F.col("__in_b"), F.lit(False))
     in_a = F.coalesce(F.col("__in_a"), F.lit(False))
@@ -240,13 +248,51 @@ def spark_frame(td: "TableDiff", spark) -> Any:
     j = j.filter((F.col("change") != "update") | (F.size("changed_columns") > 0))
     before = F.when(in_b, F.struct(*[F.col(f"b__{c}").alias(c) for c in bcols])) if bcols else F.lit(None)
     after = F.when(in_a, F.struct(*[F.col(f"a__{c}").alias(c) for c in acols])) if acols else F.lit(None)
-    return j.select(*key, "change", "changed_columns", before.alias("before"), after.alias("after"))
+    ids = [F.col("__rid_b").alias("_before_rowid"), F.col("__rid_a").alias("_after_rowid")] if row_ids else []
+    return j.select(*key, "change", "changed_columns", before.alias("before"), after.alias("after"), *ids)
+
+
+def changes(td: "TableDiff", spark) -> Any:
+    """The table's changed rows with row ids (:func:`spark_frame`), computed by the first job that
+    needs them and then kept on the executors' disks, so counting, collecting and merging read the
+    tables once. Freed by :func:`release`, or when the diff is garbage."""
+    if td.spark_changes is None:
+        import weakref
+
+        from pyspark import StorageLevel
+
+        td.spark_changes = spark_frame(td, spark, row_ids=True).persist(StorageLevel.DISK_ONLY)
+        weakref.finalize(td, _unpersist, td.spark_changes)
+    return td.spark_changes
+
+
+def _unpersist(frame: Any) -> None:
+    with contextlib.suppress(Exception):  # the session may be gone already
+        frame.unpersist()
+
+
+def release(td: "TableDiff") -> None:
+    """Free the executors' copy of the table's changed rows."""
+    if td.spark_changes is not None:
+        _unpersist(td.spark_changes)
+        td.spark_changes = None
+
+
+def spark_counts(td: "TableDiff", spark) -> dict[str, tuple[int, int]]:
+    """Per kind of change: (rows, changed cells), counted on Spark without collecting rows."""
+    from pyspark.sql import functions as F
+
+    with pinned(td):
+        counted = changes(td, spark).groupBy("change").agg(F.count(F.lit(1)).alias("rows"),
+                                                          F.sum(F.size("changed_columns")).alias("cells")).collect()
+    return {r["change"]: (int(r["rows"]), int(r["cells"] or 0)) for r in counted}
 
 
 def spark_rows(td: "TableDiff", spark, schema: pa.Schema) -> pa.Table:
-    """Run the table's diff on Spark and collect it as Arrow in ``schema`` (the local engine's)."""
+    """Run the table's diff on Spark and collect it as Arrow in ``schema`` (the local engine's, with
+    or without the row id columns)."""
     with pinned(td):
-        table = spark_frame(td, spark).toArrow()
+        table = changes(td, spark).toArrow()
     if table.num_rows == 0:
         return schema.empty_table()
     return table.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in td.primary_key])

@@ -29,6 +29,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.filters import check_filter, plan_filter
+from trimerge.lineage.fragments import WriteTarget, delete_offsets, row_offsets
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.refs import Branch, now, publish
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 
 SCRATCH_PREFIX = "__scratch_"  # lease names of scratch transactions (see gc for their leftovers)
-REPLACE_CHUNK_ROWS = 1 << 20  # row ids checked per read when rows are replaced by id
 
 
 class Transaction:
@@ -337,62 +337,61 @@ class Transaction:
         proportional to the change, with no key join and no scan of the table. The ids are first
         checked to still hold ``expected_keys`` (same order); if not, nothing is written and False is
         returned, so the caller can fall back to key-based writes."""
-        import numpy as np
-        from lance import LanceDataset, LanceOperation
         from lance.fragment import write_fragments
 
         self._require_open()
-        tv = self._table(name)
-        pk = list(tv.primary_key)
+        pk = list(self._table(name).primary_key)
         ds = self._writable(name)
         ids = row_ids.cast(pa.uint64()) if isinstance(row_ids, (pa.Array, pa.ChunkedArray)) else pa.array(row_ids, pa.uint64())
-        key_schema = pa.schema([ds.schema.field(k) for k in pk])
-        try:
-            expected = expected_keys.select(pk).cast(key_schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
+        offsets = row_offsets(ds, ids, expected_keys, pk)
+        if offsets is None:
             return False
-        if expected.num_rows != len(ids):
-            return False
-        # Each row's address is (fragment id << 32 | offset); checked and collected a chunk at a time
-        # so the memory this takes stays small however many rows are replaced.
-        offsets: dict[int, list[np.ndarray]] = {}
-        for start in range(0, len(ids), REPLACE_CHUNK_ROWS):
-            chunk = ids.slice(start, REPLACE_CHUNK_ROWS)
-            if isinstance(chunk, pa.ChunkedArray):
-                chunk = chunk.combine_chunks()
-            found = ds._take_rows(chunk, columns=pk + ["_rowaddr"])
-            if found.num_rows != len(chunk) or \
-                    not found.select(pk).cast(key_schema).equals(expected.slice(start, len(chunk))):
-                return False
-            addresses = found.column("_rowaddr").to_numpy()
-            fragments = (addresses >> np.uint64(32)).astype(np.int64)
-            for fragment in np.unique(fragments):
-                offsets.setdefault(int(fragment), []).append(
-                    (addresses[fragments == fragment] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-        updated, removed = [], []
-        for fragment, parts in sorted(offsets.items()):
-            meta = ds.get_fragment(fragment).delete_rows(np.concatenate(parts).tolist())
-            if meta is None:
-                removed.append(fragment)
-            else:
-                updated.append(meta)
-        new_fragments = []
+        updated, removed = delete_offsets(ds, offsets)
         what = f"replace rows in {name}"
         if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
-            checked = _checked_batches(rows, ds.schema, pk, what)
-            new_fragments = write_fragments(pa.RecordBatchReader.from_batches(ds.schema, checked), ds)
+            new_fragments = write_fragments(pa.RecordBatchReader.from_batches(
+                ds.schema, checked_batches(rows, ds.schema, pk, what)), ds)
         else:
             table = tbl.to_arrow(rows)
+            new_fragments = []
             if table.num_rows:
                 table = tbl.conform(table, ds.schema, what)
                 tbl.check_primary_key(table, pk, what)
                 new_fragments = write_fragments(table, ds)
-        if updated or removed or new_fragments:
-            ds = LanceDataset.commit(ds, LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
-                                                               new_fragments=new_fragments), read_version=ds.version)
-        self._ops.append(f"replace rows {name}")
-        self._written(name, ds.version, ds)
+        self._commit_update(name, ds, updated, removed, new_fragments, f"replace rows {name}")
         return True
+
+    def write_target(self, name: str) -> WriteTarget:
+        """Where fragments of ``name`` written elsewhere (Spark executors) go: this transaction's own
+        Lance branch of the table (forked now if need be), at its current version. Hand what was
+        written back to :meth:`commit_fragments`."""
+        self._require_open()
+        self._table(name)
+        ds = self._writable(name)
+        tv = self._tables[name]
+        return WriteTarget(self.repo.dataset_path(tv), tv.lance_branch, ds.version,
+                           dict(self.repo.table_store.options or {}))
+
+    def commit_fragments(self, name: str, target: WriteTarget, *, updated: Sequence = (), removed: Sequence[int] = (),
+                         new: Sequence = ()) -> None:
+        """Commit fragments written against ``target`` (see :mod:`trimerge.lineage.fragments`):
+        fragments with new deletion files, fragments left empty, new fragments — one Lance commit."""
+        self._require_open()
+        ds = self._writable(name)
+        if ds.version != target.version:
+            raise InvalidOperationError(f"table {name}: fragments were written against version {target.version}, "
+                                        f"but the transaction's table is at {ds.version}")
+        self._commit_update(name, ds, list(updated), list(removed), list(new), f"replace rows {name}")
+
+    def _commit_update(self, name: str, ds: "lance.LanceDataset", updated: list, removed: list[int], new: list,
+                       op: str) -> None:
+        from lance import LanceDataset, LanceOperation
+
+        if updated or removed or new:
+            ds = LanceDataset.commit(ds, LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                               new_fragments=new), read_version=ds.version)
+        self._ops.append(op)
+        self._written(name, ds.version, ds)
 
     def drop_table(self, name: str) -> None:
         """Remove the table from the branch."""
@@ -548,7 +547,8 @@ class Transaction:
                 lock.release(untouched=untouched)
 
 
-def _checked_batches(rows: pa.RecordBatchReader, schema: pa.Schema, pk: list[str], what: str):
+def checked_batches(rows: pa.RecordBatchReader, schema: pa.Schema, pk: list[str], what: str):
+    """Each batch of ``rows`` conformed to ``schema`` and checked for a usable primary key."""
     for batch in rows:
         table = tbl.conform(pa.Table.from_batches([batch]), schema, what)
         tbl.check_primary_key(table, pk, what)

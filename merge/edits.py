@@ -6,7 +6,7 @@ import os
 import shutil
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 
@@ -39,10 +39,12 @@ class TablePlan:
     dest_row_ids: list[pa.Array] = field(default_factory=list)
     dest_row_keys: list[pa.Table] = field(default_factory=list)
     ids_complete: bool = True
+    executed: Any = None  # rows kept by Spark executors, written by them (merge.spark.SparkFold)
 
     @property
     def writes(self) -> bool:
-        return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes)
+        return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes
+                    or (self.executed is not None and self.executed.writes))
 
     def replace(self, ids: pa.Array, keys: pa.Table) -> None:
         """Remember that dest's rows ``ids`` (holding ``keys``) are replaced or deleted."""

@@ -26,10 +26,11 @@ from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, Ref
 from trimerge.lineage.repository import Ref, Repository
 from trimerge.merge.plan import ThreeWay
 from trimerge.merge.publish import publish
-from trimerge.merge.resolutions import Resolutions
+from trimerge.merge.resolutions import Resolutions, check_writable, write_conflicts
 from trimerge.merge.resolve import Resolver
 from trimerge.merge.result import (
     GRANULARITIES,
+    MAX_CONFLICTS,
     STRATEGIES,
     Conflict,
     Granularity,
@@ -78,18 +79,33 @@ def _check_strategy_tables(strategy: Any, tables: set[str]) -> None:
 
 def plan_merge(repo: Repository, base: Mapping[str, TableVersion], ours: Commit, theirs: Commit, *,
                resolver: Resolver, granularity: str, engine: str = "local", spark: Any = None,
-               base_is_scratch: bool = False) -> ThreeWay:
-    """Plan the merge of ``theirs`` into ``ours`` against ``base`` (nothing is written)."""
+               base_is_scratch: bool = False, max_conflicts: int | None = None) -> ThreeWay:
+    """Plan the merge of ``theirs`` into ``ours`` against ``base`` (nothing is written). Close the
+    result when done with it (Spark folds keep their rows on executors until then)."""
     three = ThreeWay(repo, base, ours.tables, theirs.tables, resolver=resolver, granularity=granularity,
-                     engine=engine, spark=spark, base_is_scratch=base_is_scratch)
-    three.run()
+                     engine=engine, spark=spark, base_is_scratch=base_is_scratch, max_conflicts=max_conflicts)
+    try:
+        three.run()
+    except BaseException:
+        three.close()
+        raise
     return three
+
+
+def _check_limit(max_conflicts: Any) -> None:
+    if max_conflicts is not None and (not isinstance(max_conflicts, int) or isinstance(max_conflicts, bool)
+                                      or max_conflicts < 0):
+        raise InvalidOperationError(f"max_conflicts takes a non-negative whole number or None, not {max_conflicts!r}")
 
 
 def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases: list[Commit], strategy: Any,
          granularity: str, dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
-         merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None) -> MergeResult:
+         merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
+         conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
     validate_options(strategy, granularity)
+    _check_limit(max_conflicts)
+    if conflicts_file:
+        check_writable(conflicts_file)
     given = resolutions if isinstance(resolutions, Resolutions) else Resolutions.from_data(resolutions)
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
@@ -99,33 +115,51 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
         _check_strategy_tables(strategy, set(ours.tables) | set(theirs.tables) | set(base_tables))
         resolver = Resolver(given, strategy)
         three = plan_merge(repo, base_tables, ours, theirs, resolver=resolver, granularity=granularity,
-                           engine=engine, spark=spark, base_is_scratch=is_virtual)
-        unused = resolver.unused()
-        if unused:
-            shown = "; ".join(r.describe() for r in unused[:5]) + (f"; … {len(unused) - 5} more" if len(unused) > 5 else "")
-            raise InvalidOperationError(f"{len(unused)} resolution(s) match no conflict of this merge: {shown}")
-        result = MergeResult(status="merged", source_ref=source_ref, source_commit=theirs, dest_ref=dest,
-                             dest_commit=ours, base=bases, conflicts=three.conflicts,
-                             stats={n: p.stats for n, p in three.plans.items()}, dry_run=dry_run, strategy=strategy,
-                             granularity=granularity, virtual_base=is_virtual)
-        if three.conflicts:
-            result.status = "conflicts"
-            if not dry_run:
-                raise MergeConflictError(result)
-            return result
-        if dry_run:
-            return result
-        meta = {"merge.resolved_by_hand": str(given.applied),
-                "merge.resolved_by_strategy": str(sum(p.stats.resolved for p in three.plans.values())),
-                "merge.source": source_ref, "merge.source_commit": theirs.id,
-                "merge.base": ",".join(b.id for b in bases), "merge.granularity": granularity,
-                **({"merge.virtual_base": "recursive"} if is_virtual else {}),
-                **({"merge.strategy": json.dumps(strategy) if not isinstance(strategy, str) else strategy}
-                   if strategy else {}),
-                **(metadata or {})}
-        refers = [theirs.id, *(b.id for b in bases)]  # the source and base data it may reuse
-        result.commit = publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
-                                message, meta)
+                           engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts)
+        try:
+            result = _finish(repo, three, given, resolver, source_ref=source_ref, dest=dest, ours=ours, theirs=theirs,
+                             bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
+                             dry_run=dry_run, actor=actor, message=message, metadata=metadata,
+                             merge_commit=merge_commit, conflicts_file=conflicts_file, max_conflicts=max_conflicts)
+        finally:
+            three.close()
+    return result
+
+
+def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Resolver, *, source_ref: str, dest: str,
+            ours: Commit, theirs: Commit, bases: list[Commit], is_virtual: bool, strategy: Any, granularity: str,
+            dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None, merge_commit: bool,
+            conflicts_file: str | None, max_conflicts: int | None) -> MergeResult:
+    """The result of a planned merge: its conflicts (also to ``conflicts_file``), or its commit."""
+    unused = resolver.unused()
+    if unused:
+        shown = "; ".join(r.describe() for r in unused[:5]) + (f"; … {len(unused) - 5} more" if len(unused) > 5 else "")
+        raise InvalidOperationError(f"{len(unused)} resolution(s) match no conflict of this merge: {shown}")
+    total = sum(p.stats.conflicts for p in three.plans.values())
+    if conflicts_file and total:
+        write_conflicts(three.all_conflicts(), conflicts_file)
+    result = MergeResult(status="merged", source_ref=source_ref, source_commit=theirs, dest_ref=dest,
+                         dest_commit=ours, base=bases, conflicts=three.conflicts[:max_conflicts],
+                         stats={n: p.stats for n, p in three.plans.items()}, dry_run=dry_run, strategy=strategy,
+                         granularity=granularity, virtual_base=is_virtual)
+    if total or three.conflicts:
+        result.status = "conflicts"
+        if not dry_run:
+            raise MergeConflictError(result)
+        return result
+    if dry_run:
+        return result
+    meta = {"merge.resolved_by_hand": str(given.applied),
+            "merge.resolved_by_strategy": str(sum(p.stats.resolved for p in three.plans.values())),
+            "merge.source": source_ref, "merge.source_commit": theirs.id,
+            "merge.base": ",".join(b.id for b in bases), "merge.granularity": granularity,
+            **({"merge.virtual_base": "recursive"} if is_virtual else {}),
+            **({"merge.strategy": json.dumps(strategy) if not isinstance(strategy, str) else strategy}
+               if strategy else {}),
+            **(metadata or {})}
+    refers = [theirs.id, *(b.id for b in bases)]  # the source and base data it may reuse
+    result.commit = publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
+                            message, meta)
     if result.commit is None:
         result.status = "up-to-date"
     return result
@@ -135,7 +169,8 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
           dry_run: bool = False, actor: str | None = None, message: str | None = None,
           metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
-          resolutions: Any = None) -> MergeResult:
+          resolutions: Any = None, conflicts_file: str | None = None,
+          max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -145,8 +180,12 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     (``source-wins``/``dest-wins``, or per table) settles the rest. Conflicts left unresolved raise
     :class:`MergeConflictError` (with ``dry_run=True`` they are returned with status
     ``conflicts``). Several merge bases are merged into a virtual base first (git's recursive
-    strategy). ``engine="spark"`` computes the two diffs on Spark (``"auto"``: only for tables
-    whose planned rows exceed the threshold)."""
+    strategy). ``engine="spark"`` runs the row merge of every table changed on both sides on Spark:
+    executors classify, resolve and write the new rows as Lance fragments, the driver commits once
+    (``"auto"``: only tables whose planned rows exceed the threshold; ``spark``: a SparkSession).
+    ``result.conflicts`` holds at most ``max_conflicts`` conflicts (None: all; the count of all is
+    ``result.conflicts_total``); ``conflicts_file`` (.parquet, .csv, .jsonl) receives every one,
+    ready to be filled in as ``resolutions``."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
     theirs = repo.resolve(src)
@@ -158,12 +197,14 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=bases, strategy=strategy,
                 granularity=granularity, dry_run=dry_run, actor=actor,
                 message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True,
-                engine=engine, spark=spark, resolutions=resolutions)
+                engine=engine, spark=spark, resolutions=resolutions, conflicts_file=conflicts_file,
+                max_conflicts=max_conflicts)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
                   strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
-                  metadata: Mapping[str, str] | None, resolutions: Any = None) -> MergeResult:
+                  metadata: Mapping[str, str] | None, resolutions: Any = None, conflicts_file: str | None = None,
+                  max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
     """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
     parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
     repo, src, dst = _resolve_inputs(commit, branch, repo)
@@ -177,24 +218,28 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=[base], strategy=strategy,
                 granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
                 metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False,
-                resolutions=resolutions)
+                resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
                 strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
-                metadata: Mapping[str, str] | None = None, resolutions: Any = None) -> MergeResult:
+                metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
+           max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
-                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions)
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
            strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
            dry_run: bool = False, actor: str | None = None, message: str | None = None,
-           metadata: Mapping[str, str] | None = None, resolutions: Any = None) -> MergeResult:
+           metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
+           max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
-                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions)
+                         dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts)

@@ -28,6 +28,7 @@ from trimerge.merge.resolve import BASE, OURS, THEIRS, Resolver
 from trimerge.merge.result import Conflict
 from trimerge.merge.rows import fold
 from trimerge.merge.schema import merge_schema
+from trimerge.merge.spark import SparkFold
 
 Tables = Mapping[str, TableVersion]
 
@@ -43,7 +44,8 @@ class ThreeWay:
     table may be set to them (their values are copied instead)."""
 
     def __init__(self, repo: Repository, base: Tables, ours: Tables, theirs: Tables, *, resolver: Resolver,
-                 granularity: str, engine: str = "local", spark: Any = None, base_is_scratch: bool = False):
+                 granularity: str, engine: str = "local", spark: Any = None, base_is_scratch: bool = False,
+                 max_conflicts: int | None = None):
         self.repo = repo
         self.base, self.ours, self.theirs = dict(base), dict(ours), dict(theirs)
         self.resolver = resolver
@@ -51,13 +53,26 @@ class ThreeWay:
         self.engine = engine
         self.spark = spark
         self.base_is_scratch = base_is_scratch
-        self.conflicts: list[Conflict] = []
+        self.conflicts: list[Conflict] = []  # all of them, except a Spark fold's past max_conflicts
+        self.max_conflicts = max_conflicts
         self.plans: dict[str, TablePlan] = {}
+        self.spark_folds: dict[str, SparkFold] = {}
 
     def run(self) -> dict[str, TablePlan]:
         for name in sorted(self.base.keys() | self.ours.keys() | self.theirs.keys()):
             self.plans[name] = self.table(name)
         return self.plans
+
+    def all_conflicts(self) -> Iterator[Conflict]:
+        """Every conflict, also those a Spark fold keeps on its executors past ``max_conflicts``."""
+        yield from (c for c in self.conflicts if c.table not in self.spark_folds or not c.kind.startswith("row."))
+        for executed in self.spark_folds.values():
+            yield from executed.conflicts()
+
+    def close(self) -> None:
+        """Free what Spark folds keep on executors."""
+        for executed in self.spark_folds.values():
+            executed.close()
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
@@ -187,11 +202,23 @@ class ThreeWay:
         if not d_t.counts.rows_changed:
             plan.stats.action = "merged" if plan.add_columns or plan.drop_columns or plan.widen else "kept"
             return plan
-        for ours, theirs in paired_rows(d_o, d_t, o.primary_key, schema.schema):
-            classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
-            fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
+        if "spark" in (d_o.engine, d_t.engine) and not plan.restore_columns:  # restoring rewrites every row id
+            self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
+        else:
+            for ours, theirs in paired_rows(d_o, d_t, o.primary_key, schema.schema):
+                classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
+                fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
         plan.stats.action = "merged"
         return plan
+
+    def spark_fold(self, plan: TablePlan, d_o: TableDiff, d_t: TableDiff, key: Sequence[str],
+                   merged: pa.Schema) -> None:
+        """The fold of one table run by Spark executors; its rows are written at publish."""
+        fold_ = SparkFold(self.spark, d_o, d_t, key, merged, self.granularity, self.resolver)
+        self.spark_folds[plan.name] = fold_
+        room = None if self.max_conflicts is None else max(0, self.max_conflicts - len(self.conflicts))
+        fold_.run(plan, lambda c: self.report(plan, c), room)
+        plan.executed = fold_
 
     def decide_column(self, plan: TablePlan, conflict: Conflict) -> str | None:
         """A column conflict: recorded if unresolved; the choice that settles it otherwise."""

@@ -36,6 +36,9 @@ def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None
         tx.add_columns(name, [f.with_nullable(True) for f in plan.add_columns])
     if plan.restore_columns:
         _restore_columns(repo, tx, name, plan)
+    if plan.executed is not None:
+        plan.executed.write(tx, name)
+        return
     schema = tx.schema(name)
 
     def conformed() -> Iterator[pa.Table]:

@@ -10,9 +10,10 @@ for a cell, or of the whole row. Other columns are ignored. Resolutions apply be
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -85,6 +86,14 @@ class Resolutions:
     def unused(self) -> list[Resolution]:
         return [r for k, r in self._by.items() if k not in self._used]
 
+    def used_keys(self) -> list[tuple]:
+        """What identifies each resolution used so far (merges run elsewhere report these back)."""
+        return sorted(self._used, key=repr)
+
+    def mark_used(self, keys: Any) -> None:
+        """Count resolutions used by a merge run elsewhere (Spark executors) as used here."""
+        self._used.update(tuple(k) for k in keys if tuple(k) in self._by)
+
 
 def _parse_row(row: Mapping[str, Any], n: int) -> Resolution:
     choice = str(row.get("resolution") or "").strip().lower()
@@ -132,22 +141,73 @@ def read_table(path: str) -> pa.Table:
 
 def write_table(table: pa.Table, path: str) -> None:
     """Write a conflicts table as Parquet, CSV or JSON lines (by extension), ready to be edited."""
-    suffix = Path(path).suffix.lower()
-    table = table.append_column("resolution", pa.array([None] * table.num_rows, pa.string())) \
-        if "resolution" not in table.column_names else table
-    table = table.append_column("value", pa.array([None] * table.num_rows, pa.string())) \
-        if "value" not in table.column_names else table
-    if suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
+    write_tables([table], path)
 
-        pq.write_table(table, path)
-    elif suffix == ".csv":
-        import pyarrow.csv as pcsv
 
-        flat = table.set_column(table.schema.get_field_index("columns"), "columns",
-                                pa.array([json.dumps(v) for v in table.column("columns").to_pylist()], pa.string()))
-        pcsv.write_csv(flat, path)
-    elif suffix in (".jsonl", ".ndjson"):
-        Path(path).write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
-    else:
+def write_conflicts(conflicts: Iterable[Any], path: str, chunk: int = 10_000) -> None:
+    """Write conflicts (:class:`~trimerge.merge.result.Conflict`, any number, streamed) as a
+    conflicts table."""
+    from trimerge.merge.result import conflicts_table
+
+    def tables() -> Iterator[pa.Table]:
+        group: list[Any] = []
+        for c in conflicts:
+            group.append(c)
+            if len(group) >= chunk:
+                yield conflicts_table(group)
+                group = []
+        if group:
+            yield conflicts_table(group)
+
+    write_tables(tables(), path)
+
+
+def _editable(table: pa.Table, csv: bool) -> pa.Table:
+    """With empty ``resolution`` and ``value`` columns; for CSV, ``columns`` as JSON text."""
+    for name in ("resolution", "value"):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array([None] * table.num_rows, pa.string()))
+    if csv:
+        table = table.set_column(table.schema.get_field_index("columns"), "columns",
+                                 pa.array([json.dumps(v) for v in table.column("columns").to_pylist()], pa.string()))
+    return table
+
+
+def check_writable(path: str) -> None:
+    """Refuse, before any work, a conflicts file that could not be written."""
+    p = Path(path).expanduser().absolute()
+    if p.suffix.lower() not in (".parquet", ".pq", ".csv", ".jsonl", ".ndjson"):
         raise InvalidOperationError(f"cannot write {path}: use .parquet, .csv or .jsonl")
+    if not (p.parent.is_dir() and os.access(p.parent, os.W_OK)):
+        raise InvalidOperationError(f"cannot write {path}: folder {p.parent} does not exist or is not writable")
+
+
+def write_tables(tables: Iterable[pa.Table], path: str) -> None:
+    """Write conflicts tables one after the other into one file (Parquet, CSV or JSON lines)."""
+    check_writable(path)
+    suffix = Path(path).suffix.lower()
+    csv = suffix == ".csv"
+    writer: Any = None
+    with open(path, "wb") as out:
+        for table in tables:
+            table = _editable(table, csv)
+            if suffix in (".jsonl", ".ndjson"):
+                out.write("".join(json.dumps(r) + "\n" for r in table.to_pylist()).encode())
+                continue
+            if writer is None:
+                if csv:
+                    import pyarrow.csv as pcsv
+
+                    writer = pcsv.CSVWriter(out, table.schema)
+                else:
+                    import pyarrow.parquet as pq
+
+                    writer = pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+        if writer is None and suffix not in (".jsonl", ".ndjson"):  # no conflicts: the columns alone
+            from trimerge.merge.result import CONFLICTS_SCHEMA
+
+            write_tables([CONFLICTS_SCHEMA.empty_table()], path)
+            return
+        if writer is not None:
+            writer.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import pyarrow as pa
 
@@ -19,6 +19,7 @@ Strategy = Literal["source-wins", "dest-wins"]
 Granularity = Literal["cell", "row", "table"]
 STRATEGIES = ("source-wins", "dest-wins")
 GRANULARITIES = ("cell", "row", "table")
+MAX_CONFLICTS = 100_000  # conflicts a MergeResult holds by default (a conflicts file gets all)
 
 
 class MergeConflictError(TrimergeError):
@@ -29,7 +30,7 @@ class MergeConflictError(TrimergeError):
     exit_code = 1
 
     def __init__(self, result: "MergeResult"):
-        n = len(result.conflicts)
+        n = result.conflicts_total
         tables = sorted({c.table for c in result.conflicts})
         super().__init__(f"merge of {result.source_ref!r} into {result.dest_ref!r} has {n} conflict(s) in "
                          f"{', '.join(tables)}; nothing was published (use --strategy or resolve)")
@@ -134,24 +135,16 @@ class MergeResult:
 
     @property
     def has_conflicts(self) -> bool:
-        return bool(self.conflicts)
+        return bool(self.conflicts) or self.conflicts_total > 0
+
+    @property
+    def conflicts_total(self) -> int:
+        """How many conflicts the merge has: :attr:`conflicts` may hold fewer (``max_conflicts``)."""
+        return max(len(self.conflicts), sum(s.conflicts for s in self.stats.values()))
 
     def conflicts_table(self) -> pa.Table:
         """One row per conflicting cell (``row.update_update``), row or table; values as JSON text."""
-        rows = []
-        for c in self.conflicts:
-            cells = c.columns if c.kind == "row.update_update" and c.columns else [None]
-            for col in cells:
-                pick = (lambda d: None if d is None else {col: d.get(col)}) if col else (lambda d: d)
-                rows.append({"kind": c.kind, "table": c.table,
-                             "key": json.dumps(jsonable(c.key), sort_keys=True) if c.key is not None else None,
-                             "column": col, "columns": list(c.columns),
-                             "base": json_text(pick(c.base)), "ours": json_text(pick(c.ours)),
-                             "theirs": json_text(pick(c.theirs)), "message": c.message})
-        schema = pa.schema([("kind", pa.string()), ("table", pa.string()), ("key", pa.string()),
-                            ("column", pa.string()), ("columns", pa.list_(pa.string())), ("base", pa.string()),
-                            ("ours", pa.string()), ("theirs", pa.string()), ("message", pa.string())])
-        return pa.Table.from_pylist(rows, schema=schema)
+        return conflicts_table(self.conflicts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +159,7 @@ class MergeResult:
             "granularity": self.granularity,
             "stats": {n: s.to_json() for n, s in sorted(self.stats.items())},
             "conflicts": [c.to_json() for c in self.conflicts],
+            "conflicts_total": self.conflicts_total,
         }
 
     def report(self, fmt: str = "markdown") -> str:
@@ -188,6 +182,26 @@ def jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
         return v.hex()
     return str(v)
+
+
+CONFLICTS_SCHEMA = pa.schema([("kind", pa.string()), ("table", pa.string()), ("key", pa.string()),
+                              ("column", pa.string()), ("columns", pa.list_(pa.string())), ("base", pa.string()),
+                              ("ours", pa.string()), ("theirs", pa.string()), ("message", pa.string())])
+
+
+def conflicts_table(conflicts: Iterable[Conflict]) -> pa.Table:
+    """One row per conflicting cell (``row.update_update``), row or table; values as JSON text."""
+    rows = []
+    for c in conflicts:
+        cells = c.columns if c.kind == "row.update_update" and c.columns else [None]
+        for col in cells:
+            pick = (lambda d: None if d is None else {col: d.get(col)}) if col else (lambda d: d)
+            rows.append({"kind": c.kind, "table": c.table,
+                         "key": json.dumps(jsonable(c.key), sort_keys=True) if c.key is not None else None,
+                         "column": col, "columns": list(c.columns),
+                         "base": json_text(pick(c.base)), "ours": json_text(pick(c.ours)),
+                         "theirs": json_text(pick(c.theirs)), "message": c.message})
+    return pa.Table.from_pylist(rows, schema=CONFLICTS_SCHEMA)
 
 
 def json_text(v: Any) -> str | None:

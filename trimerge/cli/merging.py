@@ -59,7 +59,6 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
-    from trimerge.merge.resolutions import write_table as write_conflicts
 
     repo = obj.repo()
     for spec in reports:
@@ -75,11 +74,10 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
-                    dry_run=dry_run, actor=actor, message=message, resolutions=resolutions, **extra)
+                    dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
+                    conflicts_file=conflicts_file, **extra)
     except MergeConflictError as exc:
         result = exc.result
-    if conflicts_file and result.conflicts:
-        write_conflicts(result.conflicts_table(), conflicts_file)
     for spec in reports:
         fmt, _, path = spec.partition(":")
         text = result.report(fmt)
@@ -103,9 +101,11 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             click.echo(f"CONFLICT {c.describe()}")
             for line in c.value_lines():
                 click.echo(f"    {line}")
-        if result.conflicts:
-            click.echo(f"{len(result.conflicts)} conflict(s); nothing published" if not dry_run
-                       else f"dry run: {len(result.conflicts)} conflict(s)")
+        if result.has_conflicts:
+            n = result.conflicts_total
+            shown = "" if n == len(result.conflicts) else f" ({len(result.conflicts)} shown)"
+            click.echo(f"{n} conflict(s){shown}; nothing published" if not dry_run
+                       else f"dry run: {n} conflict(s){shown}")
         elif result.commit is not None:
             click.echo(f"[{dest} {repo.short_id(result.commit.id)}] {result.commit.message}")
         elif dry_run:
@@ -113,7 +113,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 
     if not (reports and any(":" not in r for r in reports)):
         emit(obj, result.to_json(), text)
-    if result.conflicts:
+    if result.has_conflicts:
         sys.exit(EXIT_NO)
 
 

@@ -1,0 +1,129 @@
+"""Row edits at fragment level: where rows live, deleting them by address, writing new fragments.
+
+Used by :meth:`Transaction.replace_rows` on one machine, and by Spark executors that do the same
+work for a part of a table (:mod:`trimerge.merge.spark`): an executor opens the transaction's Lance
+branch at a :class:`WriteTarget`, writes fragments or deletion files there, and sends back only
+fragment metadata; the driver then commits them all in one Lance ``Update`` through the
+transaction. Nothing here commits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import lance
+
+CHECK_CHUNK_ROWS = 1 << 20  # row ids checked per read
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """A transaction's own Lance branch of one table, at the version writes are made against:
+    plain data, so it travels to executors in a task."""
+
+    path: str
+    lance_branch: str
+    version: int
+    storage_options: Mapping[str, str] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WriteTarget":
+        return cls(**json.loads(text))
+
+    def open(self) -> "lance.LanceDataset":
+        import lance
+
+        ds = lance.dataset(self.path, storage_options=dict(self.storage_options or {}) or None)
+        if self.lance_branch == "main":
+            return ds if ds.version == self.version else ds.checkout_version(self.version)
+        return ds.checkout_version((self.lance_branch, self.version))
+
+
+def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expected_keys: pa.Table,
+                primary_key: Sequence[str]) -> dict[int, np.ndarray] | None:
+    """Each fragment's row offsets of the rows that hold ``expected_keys``, found through their
+    stable ``ids`` (same order) — read a chunk at a time, so the memory stays small however many
+    rows there are. An id that holds another key here (ids are allocated per Lance branch, so a
+    row that came from another branch may have another id) is looked up by key instead, with one
+    scan of the key columns. None if some key is not in the table."""
+    import polars as pl
+
+    pk = list(primary_key)
+    key_schema = pa.schema([ds.schema.field(k) for k in pk])
+    try:
+        expected = expected_keys.select(pk).cast(key_schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
+        return None
+    if expected.num_rows != len(ids):
+        return None
+    found_addresses, elsewhere = [], []
+    for start in range(0, len(ids), CHECK_CHUNK_ROWS):
+        chunk = ids.slice(start, CHECK_CHUNK_ROWS)
+        if isinstance(chunk, pa.ChunkedArray):
+            chunk = chunk.combine_chunks()
+        # Column names cannot hold control characters: "\x01…" and "\x02…" never clash with a key's.
+        wanted = pl.from_arrow(expected.slice(start, len(chunk)).append_column("\x01rowid", chunk.cast(pa.uint64())))
+        found = pl.from_arrow(ds._take_rows(chunk.cast(pa.uint64()), columns=pk + ["_rowid", "_rowaddr"]))
+        found = found.rename({**{k: f"\x02{k}" for k in pk}, "_rowid": "\x01rowid", "_rowaddr": "\x01rowaddr"})
+        pairs = wanted.join(found, on="\x01rowid", how="left")
+        same = pl.all_horizontal([pl.col(k).eq_missing(pl.col(f"\x02{k}")) for k in pk])
+        found_addresses.append(pairs.filter(same)["\x01rowaddr"].to_numpy())
+        missed = pairs.filter(~same).select(pk)
+        if missed.height:
+            elsewhere.append(missed)
+    if elsewhere:
+        by_key = _addresses_by_key(ds, pl.concat(elsewhere), pk)
+        if by_key is None:
+            return None
+        found_addresses.append(by_key)
+    addresses = np.concatenate(found_addresses).astype(np.uint64) if found_addresses else np.array([], np.uint64)
+    # A row's address is (fragment id << 32 | offset in the fragment).
+    fragments = (addresses >> np.uint64(32)).astype(np.int64)
+    return {int(f): (addresses[fragments == f] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            for f in np.unique(fragments)}
+
+
+def _addresses_by_key(ds: "lance.LanceDataset", keys: Any, pk: list[str]) -> np.ndarray | None:
+    """The addresses of the rows holding ``keys`` (a polars frame), by a scan of the key columns."""
+    import polars as pl
+
+    out = []
+    for batch in ds.to_batches(columns=pk, with_row_address=True, batch_size=1 << 17):
+        part = pl.from_arrow(pa.Table.from_batches([batch])).join(keys, on=pk, how="semi", nulls_equal=True)
+        if part.height:
+            out.append(part["_rowaddr"].to_numpy())
+    addresses = np.concatenate(out) if out else np.array([], np.uint64)
+    return addresses if len(addresses) == keys.height else None
+
+
+def delete_offsets(ds: "lance.LanceDataset", offsets: Mapping[int, Iterable[int]]) -> tuple[list, list[int]]:
+    """Delete rows by (fragment, offsets): writes deletion files and returns (updated fragment
+    metadata, ids of fragments left empty) for a Lance ``Update``."""
+    updated, removed = [], []
+    for fragment, rows in sorted(offsets.items()):
+        meta = ds.get_fragment(fragment).delete_rows(np.asarray(rows, dtype=np.uint32).tolist())
+        if meta is None:
+            removed.append(fragment)
+        else:
+            updated.append(meta)
+    return updated, removed
+
+
+def fragment_json(fragments: Iterable) -> list[str]:
+    """Fragment metadata as JSON text (how executors send it to the driver)."""
+    return [json.dumps(f.to_json()) for f in fragments]
+
+
+def fragments_from_json(texts: Iterable[str]) -> list:
+    from lance.fragment import FragmentMetadata
+
+    return [FragmentMetadata.from_json(t) for t in texts]
