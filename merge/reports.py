@@ -1,7 +1,9 @@
 """Merge reports for CI: JUnit XML, SARIF 2.1.0, Markdown, JSON and GitHub workflow commands.
 
-Every conflict is listed in every format (never "the first N"), except Markdown, which shows the
-first rows per table for a readable step summary and says how many more there are.
+Every conflict the result holds is listed in every format (all of them unless the merge was given a
+``max_conflicts`` below their number; ``conflicts_total`` in JSON counts them all), except
+Markdown, which shows the first rows per table for a readable step summary and says how many more
+there are.
 
 JSON schema (``report("json")``, stable; version 1)::
 
@@ -9,7 +11,7 @@ JSON schema (``report("json")``, stable; version 1)::
      "status": "merged" | "up-to-date" | "conflicts", "dry_run": bool,
      "source": {"ref": str, "commit": str}, "dest": {"ref": str, "branch": str, "commit": str},
      "base": [commit ids], "virtual_base": bool, "commit": str | null, "strategy": ...,
-     "granularity": str,
+     "granularity": str, "conflicts_total": int,
      "stats": {table: {"action", "rows_from_source", "converged", "cells_merged", "conflicts",
                        "resolved", "schema_changes"}},
      "conflicts": [{"kind", "table", "key": {col: value} | null, "columns": [str],
