@@ -68,6 +68,7 @@ def fold_buckets(spec: bytes) -> Callable[[pa.Table, pa.Table], pa.Table]:
 
         warnings.filterwarnings("ignore", message="lance is not fork-safe")
         name, key, merged, granularity, resolver, schemas = pickle.loads(spec)
+        applied_before = resolver.resolutions.applied  # the driver's count so far: report only this bucket's
         if not theirs.num_rows:  # keys only dest changed: nothing to do
             return _records([], [])
         sides = [t.select(s.names).cast(s) for t, s in zip((ours, theirs), schemas)]
@@ -92,7 +93,7 @@ def fold_buckets(spec: bytes) -> Callable[[pa.Table, pa.Table], pa.Table]:
                                 "cells_merged": s.cells_merged, "conflicts": s.conflicts, "resolved": s.resolved,
                                 "rows": plan.upserts.num_rows, "replaced": sum(len(i) for i in plan.dest_row_ids),
                                 "used": [list(k) for k in resolver.resolutions.used_keys()],
-                                "applied": resolver.resolutions.applied}).encode())
+                                "applied": resolver.resolutions.applied - applied_before}).encode())
         kinds += ["conflict"] * len(conflicts)
         data += [pickle.dumps(c) for c in conflicts]
         return _records(kinds, data)
@@ -239,6 +240,8 @@ class SparkFold:
 
         from trimerge.lineage.fragments import fragments_from_json
 
+        if not self.writes:
+            return
         target = tx.write_target(name)
         spec = json.dumps([target.to_json(), self.key, f"merge into {name}"])
         written = self._out.filter(F.col("kind") == "rows").mapInArrow(write_rows(spec), RECORDS)

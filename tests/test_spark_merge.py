@@ -105,13 +105,18 @@ def test_conflicts_capped_in_the_result_and_all_in_the_file(conflicted, spark, t
 
 def test_hand_resolutions_apply_on_executors(conflicted, spark, tmp_path):
     repo = conflicted
+    # A column both sides added differently: a schema conflict, resolved by hand before any row is.
+    with repo.transaction("src") as tx:
+        tx.add_columns("t", pa.field("z", pa.int64()))
+    with repo.transaction("main") as tx:
+        tx.add_columns("t", pa.field("z", pa.string()))
     repo.branches.create("main2", from_ref="main")
     path = tmp_path / "conflicts.jsonl"
     dry = merge("src", "main", repo=repo, dry_run=True, engine="spark", spark=spark, conflicts_file=str(path))
     table = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(table) == dry.conflicts_total == 21
+    assert len(table) == dry.conflicts_total == 22
     for r in table:
-        if r["kind"] == "row.delete_modify":
+        if r["kind"] in ("row.delete_modify", "schema.column"):
             r["resolution"] = "ours"
         elif json.loads(r["key"])["k"] % 2:
             r["resolution"], r["value"] = "value", json.dumps({"v": "by hand"})
@@ -122,7 +127,7 @@ def test_hand_resolutions_apply_on_executors(conflicted, spark, tmp_path):
     local = merge("src", "main2", repo=repo, engine="local", resolutions=resolutions)
     assert stats(remote) == stats(local)
     assert rows(repo, "main") == rows(repo, "main2")
-    assert remote.commit.metadata["merge.resolved_by_hand"] == local.commit.metadata["merge.resolved_by_hand"] == "21"
+    assert remote.commit.metadata["merge.resolved_by_hand"] == local.commit.metadata["merge.resolved_by_hand"] == "22"
     got = {r["k"]: r["v"] for r in map(json.loads, rows(repo, "main"))}
     assert (got[1], got[2], got[25], 96 in got) == ("by hand", "s2", "s25", False)
 

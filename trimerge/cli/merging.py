@@ -122,7 +122,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 @click.option("--into", default=None, help="Destination branch (default: the current branch).")
 @merge_options
 @click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
-              help="Where the merge's diffs run (revert and cherry-pick read small changes and always run locally).")
+              help="Where the row merge runs: on Spark, executors classify, resolve and write the rows "
+                   "(revert and cherry-pick read small changes and always run locally).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
