@@ -2,7 +2,7 @@
 
 Shipped to executors by value (cloudpickle), so executors need ``pylance`` and ``pyarrow`` but not
 trimerge itself. A task is a small JSON document: dataset URI, storage options, Lance branch, pinned version and
-either a fragment (optionally a row slice of it) or a list of stable row ids — never fragment
+either a fragment (optionally a row slice of it) or stable row ids (base64 of uint64 bytes) — never fragment
 objects, which would drag the whole manifest along.
 """
 
@@ -25,11 +25,15 @@ def open_pinned(path: str, lance_branch: str, version: int, storage_options: dic
 
 def read_task(task: dict, columns: list[str]):
     """Yield the task's rows as record batches with exactly ``columns``."""
+    import base64
+
     import pyarrow as pa
 
     ds = open_pinned(task["path"], task["lance_branch"], task["version"], task.get("storage_options"))
     if task["mode"] == "rows":
-        table = ds._take_rows(pa.array(task["row_ids"], pa.uint64()), columns=columns)
+        data = base64.b64decode(task["row_ids_b64"])
+        ids = pa.Array.from_buffers(pa.uint64(), len(data) // 8, [None, pa.py_buffer(data)])
+        table = ds._take_rows(ids, columns=columns)
         yield from table.to_batches(max_chunksize=BATCH_ROWS)
         return
     fragment = ds.get_fragment(task["fragment"])
