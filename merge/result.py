@@ -31,7 +31,7 @@ class MergeConflictError(TrimergeError):
 
     def __init__(self, result: "MergeResult"):
         n = result.conflicts_total
-        tables = sorted({c.table for c in result.conflicts})
+        tables = sorted({c.table for c in result.conflicts} | {t for t, s in result.stats.items() if s.conflicts})
         super().__init__(f"merge of {result.source_ref!r} into {result.dest_ref!r} has {n} conflict(s) in "
                          f"{', '.join(tables)}; nothing was published (use --strategy or resolve)")
         self.result = result

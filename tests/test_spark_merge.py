@@ -179,3 +179,20 @@ def test_spark_merge_on_separate_executors(conflicted, tmp_path):
     local = merge("src", "main2", repo=conflicted, engine="local", strategy="source-wins")
     assert local.stats["t"].rows_from_source == 31
     assert rows(conflicted, "main") == rows(conflicted, "main2")
+
+
+def test_table_added_on_both_sides_merges_alike(tmp_path, spark):
+    """No base: both diffs are whole added tables; max_conflicts=0 still counts the conflict."""
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.create_table("t", pa.table({"k": [1]}), ["k"])
+    repo.branches.create("src")
+    repo.create_table("n", pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]}), ["k"], branch="src")
+    repo.create_table("n", pa.table({"k": [2, 3, 4], "v": ["b", "X", "d"]}), ["k"], branch="main")
+    repo.branches.create("main2")
+    with pytest.raises(MergeConflictError, match="1 conflict\\(s\\) in n") as caught:
+        merge("src", "main", repo=repo, engine="spark", spark=spark, max_conflicts=0)
+    assert caught.value.result.conflicts == [] and caught.value.result.conflicts_total == 1
+    remote = merge("src", "main", repo=repo, engine="spark", spark=spark, strategy="source-wins")
+    local = merge("src", "main2", repo=repo, engine="local", strategy="source-wins")
+    assert stats(remote) == stats(local)
+    assert rows(repo, "main", "n") == rows(repo, "main2", "n")
