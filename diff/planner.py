@@ -65,17 +65,21 @@ def lineage(repo: Repository, tv: TableVersion) -> list[tuple[str, int]]:
     return chain
 
 
-def fragment_files(snap: Snapshot) -> dict[tuple[str, ...], tuple[Any, str | None]]:
-    """Map each fragment's resolved data-file paths to (fragment, resolved deletion-file path)."""
+FragmentKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def fragment_files(snap: Snapshot) -> dict[FragmentKey, tuple[Any, str | None]]:
+    """Map each fragment's data files — (resolved path, Lance field ids it holds), sorted — to
+    (fragment, resolved deletion-file path)."""
     bases = {k: v.path for k, v in snap.ds.base_paths().items()}
     out = {}
     for frag in snap.ds.get_fragments():
         meta = frag.metadata  # attributes, not to_json(): that serializes every inline row id
         if meta.overlays:
-            key = (f"overlay:{snap.root}:{frag.fragment_id}",)  # never matches: read in full
+            key = ((f"overlay:{snap.root}:{frag.fragment_id}", ()),)  # never matches: read in full
         else:
-            key = tuple(sorted(f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}"
-                               for d in meta.files))
+            key = tuple(sorted((f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}",
+                                tuple(d.fields)) for d in meta.files))
         dfile = meta.deletion_file
         dpath = None
         if dfile:
@@ -112,6 +116,32 @@ def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
             kept.append(part[right[pos] != part])
         left = np.concatenate(kept) if kept else left
     return pa.array(left, pa.uint64())
+
+
+def column_fields(snap: Snapshot) -> dict[str, tuple[frozenset[int], str]]:
+    """Each top-level column's Lance field ids (its own and its children's) and type."""
+    def ids(f: Any) -> set[int]:
+        out = {f.id()}
+        for c in f.children():
+            out |= ids(c)
+        return out
+
+    return {f.name(): (frozenset(ids(f)), str(f.to_arrow().type)) for f in snap.ds.lance_schema.fields()}
+
+
+def unstable_fields(before: Snapshot, after: Snapshot) -> set[int]:
+    """Field ids whose presence in a data file makes identical files unequal in values: those of
+    every column the after side reads through other field ids (or another type) than the before
+    side — a column added, dropped and re-added, retyped, or kept on one side only while the other
+    dropped it. A file without them contributes nulls to such a column on the after side, which
+    is no change (an added column counts where it is not null)."""
+    fb, fa = column_fields(before), column_fields(after)
+    out: set[int] = set()
+    for name, spec in fa.items():
+        old = fb.get(name)
+        if old != spec:
+            out |= spec[0] | (old[0] if old else frozenset())
+    return out
 
 
 def live_rows(frag: Any) -> int:
@@ -163,8 +193,15 @@ def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
                              estimated_rows=b.ds.count_rows() + a.ds.count_rows())
     plan = CandidatePlan("fragments")
     fb, fa = fragment_files(b), fragment_files(a)
+    unstable = unstable_fields(b, a)
     for files in fb.keys() | fa.keys():
         in_b, in_a = fb.get(files), fa.get(files)
+        if in_b and in_a and unstable and any(unstable.intersection(fields) for _, fields in files):
+            # Same files, but a compared column is read through other field ids on the two sides.
+            plan.read_before.append(in_b[0])
+            plan.read_after.append(in_a[0])
+            plan.estimated_rows += live_rows(in_b[0]) + live_rows(in_a[0])
+            continue
         if in_b and in_a:
             if in_b[1] == in_a[1]:
                 plan.skipped += 1
@@ -175,7 +212,7 @@ def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
             (plan.read_before if in_b else plan.read_after).append((in_b or in_a)[0])
             plan.estimated_rows += live_rows((in_b or in_a)[0])
     common = common_version(b, a)
-    if common is not None:
+    if common is not None and b.tv.delta_exact_from(common) and a.tv.delta_exact_from(common):
         plan.method, plan.common_version = "delta", common
     return plan
 

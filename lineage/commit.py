@@ -16,26 +16,43 @@ class TableVersion:
     """Where one table's data lives at a commit: a Lance dataset, a branch of it and a version.
 
     ``owner`` is the id of the graph-branch incarnation allowed to write that Lance branch; any other
-    branch forks it lazily on its first write."""
+    branch forks it lazily on its first write.
+
+    ``delta_since`` is the earliest version of this Lance branch from which Lance's row-version
+    metadata describes every change up to ``version``: the versions ``delta_since..version`` form
+    one chain of row-level writes, each built on the one before (no restore or repoint back in
+    time, no overwrite, no schema change). ``ds.delta(begin_version=v)`` is exact for every
+    ``v >= delta_since``; None means unknown (commits written before this was recorded)."""
 
     dataset: str
     lance_branch: str
     version: int
     owner: str
     primary_key: tuple[str, ...]
+    delta_since: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "dataset": self.dataset,
             "lance_branch": self.lance_branch,
             "version": self.version,
             "owner": self.owner,
             "primary_key": list(self.primary_key),
         }
+        if self.delta_since is not None:
+            doc["delta_since"] = self.delta_since
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "TableVersion":
-        return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]))
+        since = doc.get("delta_since")
+        return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]),
+                   int(since) if since is not None else None)
+
+    def delta_exact_from(self, version: int) -> bool:
+        """Whether Lance's ``delta`` from ``version`` (of this Lance branch) to this version names
+        every changed row."""
+        return version == self.version or (self.delta_since is not None and self.delta_since <= version <= self.version)
 
     @property
     def location(self) -> tuple[str, str, int]:

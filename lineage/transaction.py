@@ -73,6 +73,7 @@ class Transaction:
         self._extra_parents: list[str] = []
         self._refers: list[str] = []  # existing commits whose data this write reuses (gc keeps them)
         self._heads: dict[str, lance.LanceDataset | None] = {}  # the dataset object each write left
+        self._built_on: dict[str, int] = {}  # the Lance version the pending write of a table builds on
 
     # -- lifecycle
     def __enter__(self) -> "Transaction":
@@ -173,14 +174,34 @@ class Transaction:
             self._touch((tv.dataset, fork), created_fork=True, expected_version=None)
             crashpoint("before_fork")
             ds = store.fork(tv, fork)
-            self._tables[name] = TableVersion(tv.dataset, fork, tv.version, self._branch.id, tv.primary_key)
+            # pylance reads a fork's delta only from its own first version (the fork point).
+            self._tables[name] = TableVersion(tv.dataset, fork, tv.version, self._branch.id, tv.primary_key,
+                                              delta_since=tv.version)
+            self._built_on[name] = ds.version
             return ds
         self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
-        return store.writable_head(tv)
+        ds = store.writable_head(tv)
+        self._built_on[name] = ds.version
+        return ds
 
-    def _written(self, name: str, ds_version: int, ds: lance.LanceDataset | None = None) -> None:
+    def _written(self, name: str, ds_version: int, ds: lance.LanceDataset | None = None, *,
+                 row_level: bool = True) -> None:
+        """Record the version a write made. ``row_level``: Lance's row-version metadata names every
+        row the write changed (appends, upserts, deletes, row replacements, compaction — not
+        overwrites or schema changes, whose changed values keep their old row versions)."""
         tv = self._tables[name]
-        self._tables[name] = replace(tv, version=ds_version)
+        built_on = self._built_on.pop(name, tv.version)
+        if ds_version == tv.version:
+            since = tv.delta_since
+        elif not row_level:
+            since = ds_version
+        elif built_on == tv.version:
+            since = tv.version if tv.delta_since is None else tv.delta_since
+        else:
+            # The head was rolled back to the committed content (a restore after a revert or a
+            # failed write): rows brought back keep old row versions, so the chain starts here.
+            since = built_on
+        self._tables[name] = replace(tv, version=ds_version, delta_since=since)
         self._heads[name] = ds
         crashpoint(f"after_write_{len(self._ops)}")
 
@@ -210,7 +231,7 @@ class Transaction:
         dataset = f"{name}-{str(ULID()).lower()}"
         self._touch((dataset, "main"), created_dataset=True)
         ds = self.repo.table_store.create(dataset, table, schema)
-        self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk)
+        self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk, delta_since=ds.version)
         self._ops.append(f"create {name}")
         self._written(name, ds.version)
 
@@ -227,6 +248,7 @@ class Transaction:
         table = tbl.conform(table, schema, f"{what} {name}")
         if head is not None:
             self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
+            self._built_on[name] = head.version
             return head, table, tv.primary_key
         return self._writable(name), table, tv.primary_key
 
@@ -296,7 +318,7 @@ class Transaction:
         out = lance.write_dataset(table.cast(schema), ds, schema=schema, mode="overwrite",
                                   storage_options=self.repo.table_store.options)
         self._ops.append(f"overwrite {name}")
-        self._written(name, out.version if out is not None else self._latest_version(name))
+        self._written(name, out.version if out is not None else self._latest_version(name), row_level=False)
 
     def delete(self, name: str, where: str) -> None:
         """Delete the rows matching the SQL predicate ``where``."""
@@ -424,7 +446,7 @@ class Transaction:
         ds = self._writable(name)
         ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
         self._ops.append(f"add columns {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, self._latest_version(name), row_level=False)
 
     def drop_columns(self, name: str, columns: Sequence[str]) -> None:
         """Drop columns that are not part of the primary key."""
@@ -442,7 +464,7 @@ class Transaction:
         self._schema_change()
         self._writable(name).drop_columns(columns)
         self._ops.append(f"drop columns {name}")
-        self._written(name, self._latest_version(name))
+        self._written(name, self._latest_version(name), row_level=False)
 
     def alter_column(self, name: str, column: str, data_type: pa.DataType) -> None:
         """Widen a column's type; narrowing or unrelated changes are refused."""
@@ -459,7 +481,7 @@ class Transaction:
         self._schema_change()
         self._writable(name).alter_columns({"path": column, "data_type": data_type})
         self._ops.append(f"alter {name}.{column}")
-        self._written(name, self._latest_version(name))
+        self._written(name, self._latest_version(name), row_level=False)
 
     def compact(self, name: str, target_rows_per_fragment: int = 1024 * 1024) -> None:
         """Rewrite small fragments into larger ones (content unchanged; a commit all the same)."""

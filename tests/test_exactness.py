@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 import trimerge
+import trimerge.merge.result
 from trimerge.diff import diff
 from trimerge.merge import merge, revert
 from diffref import engine_rows, reference_diff
@@ -76,7 +77,7 @@ def test_merge_keeps_a_reverted_change_as_a_conflict(repo):
     result = merge("feature", "main", repo=repo, dry_run=True)
     assert result.status == "conflicts"
     assert [c.kind for c in result.conflicts] == ["row.update_update"]
-    with pytest.raises(trimerge.lineage.errors.MergeConflictError):
+    with pytest.raises(trimerge.merge.result.MergeConflictError):
         merge("feature", "main", repo=repo)
     assert repo.read("t").sort_by("id").column("s").to_pylist() == ["x", "b"]
 
