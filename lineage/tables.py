@@ -154,10 +154,11 @@ def open_version(path: str, lance_branch: str, version: int | None,
 
 
 def fragment_signature(ds: lance.LanceDataset) -> tuple:
-    """What determines a version's content: schema plus each fragment's files and deletions."""
+    """What determines a version's content: schema (with Lance field ids: a dropped and re-added
+    column reads other files) plus each fragment's files and deletions."""
     frags = tuple(sorted((f.fragment_id, repr(f.metadata.to_json().get("files")),
                           repr(f.metadata.to_json().get("deletion_file"))) for f in ds.get_fragments()))
-    return (ds.schema.to_string(), frags)
+    return (str(ds.lance_schema), frags)
 
 
 # Lossless type changes allowed by alter_column: from -> set of wider types (int -> float is

@@ -138,3 +138,20 @@ def test_one_sided_key_widening_merges(repo):
     assert out.schema.field("id").type == pa.int64()
     assert sorted(out.to_pylist(), key=lambda r: r["id"]) == [{"id": 1, "v": "A"}, {"id": 2, "v": "b"},
                                                              {"id": 3, "v": "c"}]
+
+
+def test_write_after_reverting_a_column_re_add_keeps_the_values(repo):
+    """The revert points the table back at a version whose column ``f`` is another Lance field
+    than the latest's: the next write must build on the reverted content, not on nulls."""
+    repo.create_table("t", rows([{"id": 1, "f": 1.5}, {"id": 2, "f": None}]), primary_key="id")
+    repo.drop_columns("t", ["f"])
+    repo.add_columns("t", pa.field("f", pa.float64()))
+    repo.branches.create("b", from_ref="main~2")
+    # revert the two schema commits on main by merging main~2's state back (table-level revert)
+    revert("main", "main", repo=repo, strategy="source-wins")
+    revert("main~2", "main", repo=repo, strategy="source-wins")
+    repo.upsert("t", rows([{"id": 3, "f": 3.0}]))
+    got = {r["id"]: r["f"] for r in repo.read("t").to_pylist()}
+    assert got == {1: 1.5, 2: None, 3: 3.0}
+    check_diff(repo, "main~3", "main")
+    check_diff(repo, "b", "main")
