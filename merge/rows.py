@@ -60,6 +60,13 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
     plan.stats.rows_from_source += rows.height
 
 
+def dest_side(plan: TablePlan, column: str) -> str:
+    """Where dest's current value of ``column`` is: dest's own, except for a column dest had
+    dropped and the merge restores — filled from the source for every row before the fold's
+    rows are written, so the source's value is dest's value."""
+    return "t" if column in plan.restore_columns else "o"
+
+
 def _side(row: dict[str, Any], side: str, columns: list[str], present: bool) -> dict[str, Any] | None:
     return {c: row[col(side, c)] for c in columns} if present else None
 
@@ -91,11 +98,12 @@ def _fold_cells(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: R
              .when(ch == THEIRS).then(pl.col(col("t", c))).when(ch == BASE).then(pl.col(col("b", c))))
         if c in given:
             e = e.when(ch == VALUE).then(given[c])
-        final.append(e.otherwise(pl.col(col("o", c))).alias(col("f", c)))  # "f": the final value
+        final.append(e.otherwise(pl.col(col(dest_side(plan, c), c))).alias(col("f", c)))  # "f": the final value
     rows = rows.with_columns(final)
     unresolved = [(pl.col("\x01conflict_cols").list.contains(c) & pl.col(f"ch\x00{c}").is_null()).alias(f"u\x00{c}")
                   for c in values]
-    moved = [(~same_values(pl.col(col("f", c)), pl.col(col("o", c)))).alias(f"m\x00{c}") for c in values]
+    moved = [(~same_values(pl.col(col("f", c)), pl.col(col(dest_side(plan, c), c)))).alias(f"m\x00{c}")
+             for c in values]
     rows = rows.with_columns(unresolved + moved)
     open_rows = rows.filter(pl.any_horizontal([f"u\x00{c}" for c in values])) if values else rows.clear()
     for r in open_rows.to_dicts():
@@ -209,7 +217,7 @@ def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Re
         full = []
         for g in given:
             r = current[tuple(g[k] for k in key)]
-            full.append({**{c: r[col("o", c)] for c in values}, **g})
+            full.append({**{c: r[col(dest_side(plan, c), c)] for c in values}, **g})
         plan.upserts.append(conform_rows(pa.Table.from_pylist(full), merged))
         present = chosen.filter(pl.col("\x01has_o"))
         plan.replace(present["\x01dest_rowid"].to_arrow(), present.select(key).to_arrow())
