@@ -215,10 +215,27 @@ def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
     """The rows of ``ds`` whose key is in ``keys`` (a table of the key columns), read by a filter
     on the first key column (cost follows the number of keys, not the table)."""
     first = keys.column_names[0]
-    found = ds.to_table(filter=pc.field(first).isin(pc.unique(keys.column(first))))
+    values = pc.unique(keys.column(first))
+    if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
+        # Lance cannot push an Arrow filter on a large_* column (Substrait); SQL literals work.
+        found = pa.concat_tables([ds.to_table(filter=f"`{first}` IN ({', '.join(sql_literal(v) for v in part)})")
+                                  for part in _slices(values.to_pylist(), 1000)] or [ds.schema.empty_table()])
+    else:
+        found = ds.to_table(filter=pc.field(first).isin(values))
     if keys.num_columns == 1:
         return found
     return found.join(keys, keys=keys.column_names, join_type="inner")
+
+
+def sql_literal(value: str | bytes) -> str:
+    """A text or binary value as a SQL literal."""
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _slices(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def replace_columns(current: pa.Table, new: pa.Table, key: Sequence[str], columns: Sequence[str]) -> pa.Table:

@@ -3,8 +3,8 @@
 Columns are matched by name. A column added, dropped or widened on one side only is added,
 dropped or widened; the same column changed differently on both sides is ``schema.column``;
 dropped on one side while the other changed values in it is ``schema.drop_modify``; a primary
-key that moved, or a key column whose type changed, is ``schema.primary_key`` (a conflict about
-the whole table). Works on schemas and column sets only, so it is testable without data.
+key that moved, or a key column whose type changed other than by one lossless widening (applied
+like any other widening), is ``schema.primary_key`` (a conflict about the whole table). Works on schemas and column sets only, so it is testable without data.
 """
 
 from __future__ import annotations
@@ -49,9 +49,16 @@ def key_conflict(table: str, sb: pa.Schema | None, so: pa.Schema, st: pa.Schema,
         keys = {"base": kb, "dest": ko, "source": kt}
         return Conflict("schema.primary_key", table, columns=tuple(sorted(moved)),
                         message=f"primary key changed ({keys})")
-    retyped = sorted(k for k in ko if k in st.names and k in so.names and
-                     (plain_type(so.field(k).type) != plain_type(st.field(k).type) or
-                      (sb is not None and k in sb.names and plain_type(sb.field(k).type) != plain_type(so.field(k).type))))
+    def retyped_key(k: str) -> bool:
+        to, tt = plain_type(so.field(k).type), plain_type(st.field(k).type)
+        tb = plain_type(sb.field(k).type) if sb is not None and k in sb.names else None
+        if tb is None:
+            return to != tt
+        # A lossless widening on one side only is applied: rows still match by value.
+        return not (to == tt == tb or (to == tb and is_widening(tb, tt)) or (tt == tb and is_widening(tb, to))
+                    or (to == tt and is_widening(tb, to)))
+
+    retyped = sorted(k for k in ko if k in st.names and k in so.names and retyped_key(k))
     if retyped:
         return Conflict("schema.primary_key", table, columns=tuple(retyped), message="type of key column(s) changed")
     return None

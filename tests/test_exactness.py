@@ -155,3 +155,22 @@ def test_write_after_reverting_a_column_re_add_keeps_the_values(repo):
     assert got == {1: 1.5, 2: None, 3: 3.0}
     check_diff(repo, "main~3", "main")
     check_diff(repo, "b", "main")
+
+
+@pytest.mark.parametrize("widened", ["source", "dest"])
+def test_key_widening_on_either_side_matches_rows_by_value(repo, widened):
+    repo.create_table("t", pa.table({"id": pa.array([1, 2, 3], pa.int32()), "v": ["a", "b", "c"]}), primary_key="id")
+    repo.branches.create("src", from_ref="main")
+    wide_branch = "src" if widened == "source" else "main"
+    repo.alter_column("t", "id", pa.int64(), branch=wide_branch)
+    repo.upsert("t", rows([{"id": 1, "v": "S"}, {"id": 4, "v": "new"}]), branch="src")
+    repo.delete("t", "id = 3", branch="src")
+    repo.upsert("t", rows([{"id": 1, "v": "D"}, {"id": 2, "v": "D2"}]))
+    check_diff(repo, "main", "src")
+    result = merge("src", "main", repo=repo, dry_run=True)
+    assert [(c.kind, c.key) for c in result.conflicts] == [("row.update_update", {"id": 1})]
+    merge("src", "main", repo=repo, strategy="source-wins")
+    out = repo.read("t")
+    assert out.schema.field("id").type == pa.int64()
+    assert sorted(out.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": "S"}, {"id": 2, "v": "D2"}, {"id": 4, "v": "new"}]
