@@ -218,7 +218,7 @@ def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
     values = pc.unique(keys.column(first))
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         # Lance cannot push an Arrow filter on a large_* column (Substrait); SQL literals work.
-        found = pa.concat_tables([ds.to_table(filter=f"`{first}` IN ({', '.join(sql_literal(v) for v in part)})")
+        found = pa.concat_tables([ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})")
                                   for part in _slices(values.to_pylist(), 1000)] or [ds.schema.empty_table()])
     else:
         found = ds.to_table(filter=pc.field(first).isin(values))
@@ -227,11 +227,8 @@ def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
     return found.join(keys, keys=keys.column_names, join_type="inner")
 
 
-def sql_literal(value: str | bytes) -> str:
-    """A text or binary value as a SQL literal."""
-    if isinstance(value, bytes):
-        return f"X'{value.hex()}'"
-    return "'" + value.replace("'", "''") + "'"
+def _text_literal(value: str | bytes) -> str:
+    return f"X'{value.hex()}'" if isinstance(value, bytes) else sql_literal(value)
 
 
 def _slices(items: list, size: int) -> list[list]:

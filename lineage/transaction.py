@@ -446,7 +446,10 @@ class Transaction:
         ds = self._writable(name)
         ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
         self._ops.append(f"add columns {name}")
-        self._written(name, self._latest_version(name), row_level=False)
+        # Row-level for the delta plan: a new name is null in every row no later write touched, and
+        # an added column counts as changed only where it is not null. (A name dropped earlier
+        # cannot lie inside the chain: drops end it.)
+        self._written(name, self._latest_version(name))
 
     def drop_columns(self, name: str, columns: Sequence[str]) -> None:
         """Drop columns that are not part of the primary key."""
