@@ -23,7 +23,8 @@ key is unique within each snapshot, that key appears nowhere else on either side
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import polars as pl
@@ -33,17 +34,20 @@ from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify
 from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
     CandidatePlan,
+    PlanAssumptionError,
     Snapshot,
-    choose_engine,
     plan_candidates,
     set_minus,
     stable_row_ids,
 )
 from trimerge.diff.spill import CandidateBuffer, ChangedRows
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
-from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
-from trimerge.lineage.repository import Repository
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
+
+log = logging.getLogger("trimerge.diff")
+#: The plan to fall back to when a plan's metadata promised rows the data does not hold.
+FALLBACK = {"delta": "fragments", "fragments": "full"}
 
 ROW_META_COLUMNS = ("_rowid", "_rowaddr", "_row_created_at_version", "_row_last_updated_at_version")
 #: Columns of :meth:`TableDiff.rows` besides the key.
@@ -90,6 +94,7 @@ class DiffPlan:
     fragments_deletion_only: int = 0
     fragments_read: int = 0
     rows_planned: int = 0  # upper bound of candidate rows (before + after)
+    fallback_from: str | None = None  # a cheaper plan that was tried first and found inconsistent
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -121,8 +126,12 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
 class TableDiff:
     """The difference of one table between two snapshots."""
 
-    def __init__(self, name: str, before: Snapshot, after: Snapshot, memory_budget: int | None = None):
+    def __init__(self, name: str, before: Snapshot, after: Snapshot, memory_budget: int | None = None, *,
+                 method: str = "auto", verify: bool = False):
         self.name = name
+        self.method = method  # the plan asked for (see trimerge.diff.planner.PLAN_CHOICES)
+        self.verify = verify  # cross-check the planned rows against the brute-force diff
+        self._fallback_from: str | None = None
         self.before_snapshot = before
         self.after_snapshot = after
         self._memory_budget = memory_budget_bytes(memory_budget)
@@ -150,7 +159,7 @@ class TableDiff:
         """This table's candidate plan (metadata only; made once, shared by both engines and the
         engine choice)."""
         if self._candidate_plan is None:
-            self._candidate_plan = plan_candidates(self.before_snapshot, self.after_snapshot)
+            self._candidate_plan = plan_candidates(self.before_snapshot, self.after_snapshot, self.method)
         return self._candidate_plan
 
     def use_spark(self, spark: Any) -> None:
@@ -295,6 +304,10 @@ class TableDiff:
                 self.plan = DiffPlan("spark")
             else:
                 self._changed = self._compute()
+            if self.verify and self.storage_status != "unchanged":
+                from trimerge.diff.verify import check_table
+
+                check_table(self, self._changed.materialize(self.primary_key).drop_columns([BEFORE_ROWID, AFTER_ROWID]))
         return self._changed
 
     def _empty_rows(self) -> pa.Table:
@@ -381,6 +394,12 @@ class TableDiff:
     def _delta_candidates(self, common: int, out: CandidateBuffer) -> None:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
+        try:
+            self._read_deltas(common, out)
+        except (OSError, ValueError) as exc:  # e.g. a version the delta starts from was cleaned up
+            raise PlanAssumptionError(f"Lance cannot read the delta since version {common}: {exc}") from exc
+
+    def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
         b, a = self.before_snapshot, self.after_snapshot
         rows_b, ids_b, del_b = self._changes_since(b, common)
         rows_a, ids_a, del_a = self._changes_since(a, common)
@@ -419,6 +438,23 @@ class TableDiff:
 
     # -- classification
     def _compute(self) -> ChangedRows:
+        """Classify the candidates of the plan; if its metadata promised something the data does
+        not hold (a row id that is gone, a version Lance cannot read), log it and run the next
+        exact plan instead — never a wrong answer, never a crash."""
+        while True:
+            try:
+                return self._classify_candidates()
+            except PlanAssumptionError as exc:
+                tried = self.candidate_plan.method
+                if tried not in FALLBACK:
+                    raise RuntimeError(f"table {self.name}: {exc}") from exc
+                log.warning("table %s: the %s plan does not hold (%s); using the %s plan", self.name, tried, exc,
+                            FALLBACK[tried])
+                self._candidate_plan = plan_candidates(self.before_snapshot, self.after_snapshot, FALLBACK[tried])
+                self.plan = DiffPlan(self._candidate_plan.method)
+                self._fallback_from = tried
+
+    def _classify_candidates(self) -> ChangedRows:
         key, common, added = self.compared_columns()
         schemas = self._side_schemas()
         key_schema = pl.from_arrow(schemas[1].empty_table().select(key)).schema
@@ -436,6 +472,7 @@ class TableDiff:
             return ChangedRows.from_buckets((run(tb, ta) for tb, ta in buffer.bucket_tables(schemas)), self)
         finally:
             buffer.close()
+            self.plan.fallback_from = self._fallback_from
 
 
 def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -458,139 +495,3 @@ def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
         struct = pc.if_else(pc.is_null(col), pa.scalar(None, struct.type), struct)
         out = out.set_column(out.schema.get_field_index(side), side, struct)
     return out
-
-
-@dataclass
-class Diff:
-    """Differences of every table between two commits (``before`` → ``after``)."""
-
-    repo: Repository
-    before: Commit
-    after: Commit
-    tables: dict[str, TableDiff] = field(default_factory=dict)
-    three_dot: bool = False
-
-    def stat(self) -> pa.Table:
-        """One row per table: status, inserted, deleted, updated, cells changed, schema changes."""
-        rows = []
-        for name, td in sorted(self.tables.items()):
-            c = td.counts if td.storage_status != "unchanged" else DiffCounts()
-            rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,
-                         "updated": c.updated, "cells_changed": c.cells_changed,
-                         "schema_changes": len(td.schema_changes), "method": td.plan.method})
-        schema = pa.schema([("table", pa.string()), ("status", pa.string()), ("inserted", pa.int64()),
-                            ("deleted", pa.int64()), ("updated", pa.int64()), ("cells_changed", pa.int64()),
-                            ("schema_changes", pa.int64()), ("method", pa.string())])
-        return pa.Table.from_pylist(rows, schema=schema)
-
-    def changed_tables(self) -> list[str]:
-        return [n for n, td in sorted(self.tables.items()) if td.changed]
-
-    def to_json(self, rows: bool = False) -> dict[str, Any]:
-        doc = {"before": self.before.id, "after": self.after.id,
-               "tables": {n: td.summary() for n, td in sorted(self.tables.items())}}
-        if rows:
-            for n, td in self.tables.items():
-                doc["tables"][n]["rows"] = td.rows().to_pylist() if td.storage_status != "unchanged" else []
-        return doc
-
-
-def parse_range(spec: str) -> tuple[str, str, bool]:
-    """``A...B`` (three-dot: merge base of A and B vs B) or ``A..B`` (A vs B)."""
-    if "..." in spec:
-        a, b = spec.split("...", 1)
-        return a or "main", b or "main", True
-    if ".." in spec:
-        a, b = spec.split("..", 1)
-        return a or "main", b or "main", False
-    raise InvalidOperationError(f"not a range: {spec!r} (use A..B or A...B, or pass two refs)")
-
-
-def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
-         engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
-         spark_threshold: int | None = None, progress: Progress | None = None,
-         memory_budget: int | None = None) -> Diff:
-    """Compare two refs table by table.
-
-    ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
-    ``diff("main...feature")`` compares the merge base of the two with ``feature`` (what a merge
-    of feature would bring). ``a``/``b`` may be ``Ref`` objects or addresses ``REF::TABLE``.
-    Rows are computed lazily per table (``d.tables[name].rows()``, ``.counts``).
-
-    ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
-    active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
-    whose planned candidate rows exceed ``spark_threshold`` (default
-    ``trimerge.diff.planner.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
-
-    The local engine works in memory up to ``memory_budget`` bytes (default 512 MiB, env
-    ``TRIMERGE_DIFF_MEMORY``; candidates spill once they pass a quarter of it, since classifying them
-    in memory takes about four times their size); beyond that it partitions them by key hash into temporary files
-    (under env ``TRIMERGE_SPILL_DIR``, default the system temp directory) and classifies one bucket
-    at a time, so ``TableDiff.iter_batches`` and ``counts`` run in bounded memory."""
-    from trimerge.lineage.address import is_address, parse_address
-    from trimerge.lineage.repository import Ref
-
-    wanted = set(tables) if tables else None
-    if repo is None:
-        for r in (a, b):
-            if isinstance(r, Ref):
-                repo = r.repo
-                break
-    exprs = []
-    if a is None:
-        raise RefSyntaxError("diff needs a ref (or a range such as 'main..feature') to compare")
-    for r in (a, b):
-        if r is None:
-            exprs.append(None)
-            continue
-        r = r.expr if isinstance(r, Ref) else r
-        if not isinstance(r, str):
-            raise RefSyntaxError(f"a ref must be text or a Ref, not {type(r).__name__}")
-        if is_address(r):
-            addr = parse_address(r)
-            if addr.repository is not None and repo is None:
-                repo = Repository.open(addr.repository, read_only=True)
-            if addr.table:
-                wanted = (wanted or set()) | {addr.table}
-            r = addr.ref
-        exprs.append(r)
-    if repo is None:
-        raise InvalidOperationError("diff needs repo=... (or Ref objects / addresses that carry one)")
-    a_expr, b_expr = exprs
-    three_dot = False
-    if b_expr is None:
-        a_expr, b_expr, three_dot = parse_range(a_expr)
-    after = repo.resolve(b_expr)
-    if three_dot:
-        base = repo.merge_base(a_expr, b_expr)
-        if base is None:
-            raise InvalidOperationError(f"{a_expr} and {b_expr} have no common ancestor")
-        before = base
-    else:
-        before = repo.resolve(a_expr)
-    result = Diff(repo, before, after, three_dot=three_dot)
-    names = sorted(before.tables.keys() | after.tables.keys())
-    if wanted is not None:
-        missing = wanted - set(names)
-        if missing:
-            raise TableNotFoundError(f"no table {', '.join(sorted(missing))} on either side")
-        names = [n for n in names if n in wanted]
-    for name in names:
-        result.tables[name] = TableDiff(name, Snapshot(repo, before.tables.get(name)),
-                                        Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget)
-    if engine not in ("local", "spark", "auto"):
-        raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
-    if engine != "local":
-        for td in result.tables.values():
-            if choose_engine(engine, td.candidate_plan, spark_threshold) == "spark":
-                from trimerge.diff.spark import get_spark
-
-                spark = spark or get_spark()
-                td.use_spark(spark)
-    if progress is not None:
-        for name, td in result.tables.items():
-            progress(name, "start")
-            if td.storage_status != "unchanged":
-                td.counts
-            progress(name, "done")
-    return result

@@ -25,6 +25,11 @@ from trimerge.lineage.repository import Repository
 DEFAULT_SPARK_THRESHOLD = 20_000_000
 
 
+class PlanAssumptionError(RuntimeError):
+    """What a plan's metadata promised is not what the data holds (a row id that is not there, a
+    version Lance cannot read a delta from): the diff falls back to the next exact plan."""
+
+
 def spark_threshold() -> int:
     return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
 
@@ -179,8 +184,29 @@ class CandidatePlan:
     estimated_rows: int = 0  # candidate rows of the fragment plan, from metadata (an upper bound)
 
 
-def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
-    """The candidate plan of the diff from ``before`` to ``after`` (no row is read)."""
+#: Plans a caller may ask for: ``auto`` (the cheapest exact one), or a plan to start from — a
+#: plan whose precondition does not hold falls back to the next exact one (delta, fragments, full).
+PLAN_CHOICES = ("auto", "delta", "fragments", "full")
+
+
+def plan_candidates(before: Snapshot, after: Snapshot, method: str = "auto") -> CandidatePlan:
+    """The candidate plan of the diff from ``before`` to ``after`` (no row is read).
+
+    Each plan is used only where its precondition holds, which makes it exact:
+
+    * ``delta``: both sides descend from one version ``p`` along Lance lineage, and on each side the
+      versions from ``p`` on form one chain of row-level writes (``TableVersion.delta_since``) —
+      every row whose values changed got a new row version, and rows older than ``p`` keep their
+      stable row ids on both sides. A chain ends at a restore (revert, failed-write rollback), an
+      overwrite, a dropped or retyped column.
+    * ``fragments``: same dataset. A fragment whose data files (path and field ids) and deletion
+      file are identical on both sides holds the same live rows, so it is skipped — unless a
+      compared column is read through other field ids on the two sides and the files hold them.
+    * ``full``: always (both sides read whole and joined by key)."""
+    if method not in PLAN_CHOICES:
+        from trimerge.lineage.errors import InvalidOperationError
+
+        raise InvalidOperationError(f"unknown diff plan {method!r} (use {', '.join(PLAN_CHOICES)})")
     b, a = before, after
     if b.tv is None and a.tv is None or (b.tv and a.tv and b.tv.location == a.tv.location):
         return CandidatePlan("none")
@@ -188,7 +214,7 @@ def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
         return CandidatePlan("added", read_after=list(a.ds.get_fragments()), estimated_rows=a.ds.count_rows())
     if a.tv is None:
         return CandidatePlan("dropped", read_before=list(b.ds.get_fragments()), estimated_rows=b.ds.count_rows())
-    if b.tv.dataset != a.tv.dataset:
+    if b.tv.dataset != a.tv.dataset or method == "full":
         return CandidatePlan("full", read_before=list(b.ds.get_fragments()), read_after=list(a.ds.get_fragments()),
                              estimated_rows=b.ds.count_rows() + a.ds.count_rows())
     plan = CandidatePlan("fragments")
@@ -211,7 +237,7 @@ def plan_candidates(before: Snapshot, after: Snapshot) -> CandidatePlan:
         else:
             (plan.read_before if in_b else plan.read_after).append((in_b or in_a)[0])
             plan.estimated_rows += live_rows((in_b or in_a)[0])
-    common = common_version(b, a)
+    common = common_version(b, a) if method in ("auto", "delta") else None
     if common is not None and b.tv.delta_exact_from(common) and a.tv.delta_exact_from(common):
         plan.method, plan.common_version = "delta", common
     return plan

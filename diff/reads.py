@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from trimerge.diff.planner import Snapshot
+from trimerge.diff.planner import PlanAssumptionError, Snapshot
 
 ROWID = "_rowid"
 
@@ -53,7 +53,7 @@ def take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
         return empty_with_row_ids(snap.ds.schema.empty_table().select(columns).schema)
     rows = snap.ds._take_rows(row_ids, columns=columns)
     if rows.num_rows != len(row_ids):
-        raise RuntimeError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
+        raise PlanAssumptionError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
     return with_row_ids(rows, row_ids)
 
 
@@ -75,7 +75,7 @@ def scan_ids(snap: Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
         if hit.any():
             yield t.filter(pa.array(hit))
     if found != len(wanted):
-        raise RuntimeError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
+        raise PlanAssumptionError(f"{snap.tv.dataset}: {len(wanted) - found} row id(s) not found")
 
 
 def take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:

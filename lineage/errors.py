@@ -120,3 +120,15 @@ class CorruptRepositoryError(TrimergeError):
 
 class RepositoryMovedError(TrimergeError):
     """The repository was moved or copied and a table's data still points at the old location."""
+
+
+class DiffVerificationError(TrimergeError):
+    """A diff's planned answer (from Lance metadata shortcuts) differs from the brute-force diff:
+    a bug in trimerge, found by ``verify=True`` / ``TRIMERGE_VERIFY=1``. ``table``, ``plan`` and
+    ``key`` name the table, the plan that was wrong and the first differing key."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, table: str = "", plan: str = "", key: object = None):
+        super().__init__(message)
+        self.table, self.plan, self.key = table, plan, key

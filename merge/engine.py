@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
@@ -79,11 +80,12 @@ def _check_strategy_tables(strategy: Any, tables: set[str]) -> None:
 
 def plan_merge(repo: Repository, base: Mapping[str, TableVersion], ours: Commit, theirs: Commit, *,
                resolver: Resolver, granularity: str, engine: str = "local", spark: Any = None,
-               base_is_scratch: bool = False, max_conflicts: int | None = None) -> ThreeWay:
+               base_is_scratch: bool = False, max_conflicts: int | None = None, verify: bool = False) -> ThreeWay:
     """Plan the merge of ``theirs`` into ``ours`` against ``base`` (nothing is written). Close the
     result when done with it (Spark folds keep their rows on executors until then)."""
     three = ThreeWay(repo, base, ours.tables, theirs.tables, resolver=resolver, granularity=granularity,
-                     engine=engine, spark=spark, base_is_scratch=base_is_scratch, max_conflicts=max_conflicts)
+                     engine=engine, spark=spark, base_is_scratch=base_is_scratch, max_conflicts=max_conflicts,
+                     verify=verify)
     try:
         three.run()
     except BaseException:
@@ -101,7 +103,8 @@ def _check_limit(max_conflicts: Any) -> None:
 def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases: list[Commit], strategy: Any,
          granularity: str, dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
-         conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
+         conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
+         verify: bool | None = None) -> MergeResult:
     validate_options(strategy, granularity)
     _check_limit(max_conflicts)
     if conflicts_file:
@@ -115,7 +118,8 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
         _check_strategy_tables(strategy, set(ours.tables) | set(theirs.tables) | set(base_tables))
         resolver = Resolver(given, strategy)
         three = plan_merge(repo, base_tables, ours, theirs, resolver=resolver, granularity=granularity,
-                           engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts)
+                           engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts,
+                           verify=verify_requested(verify))
         try:
             result = _finish(repo, three, given, resolver, source_ref=source_ref, dest=dest, ours=ours, theirs=theirs,
                              bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
@@ -170,7 +174,7 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           dry_run: bool = False, actor: str | None = None, message: str | None = None,
           metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
           resolutions: Any = None, conflicts_file: str | None = None,
-          max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
+          max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -185,7 +189,8 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     (``"auto"``: only tables whose planned rows exceed the threshold; ``spark``: a SparkSession).
     ``result.conflicts`` holds at most ``max_conflicts`` conflicts (None: all; the count of all is
     ``result.conflicts_total``); ``conflicts_file`` (.parquet, .csv, .jsonl) receives every one,
-    ready to be filled in as ``resolutions``."""
+    ready to be filled in as ``resolutions``. ``verify=True`` (default: env ``TRIMERGE_VERIFY=1``)
+    checks every diff the merge uses against the brute-force diff first (see ``diff``)."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
     theirs = repo.resolve(src)
@@ -198,13 +203,13 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                 granularity=granularity, dry_run=dry_run, actor=actor,
                 message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True,
                 engine=engine, spark=spark, resolutions=resolutions, conflicts_file=conflicts_file,
-                max_conflicts=max_conflicts)
+                max_conflicts=max_conflicts, verify=verify)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
                   strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
                   metadata: Mapping[str, str] | None, resolutions: Any = None, conflicts_file: str | None = None,
-                  max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
+                  max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
     """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
     parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
     repo, src, dst = _resolve_inputs(commit, branch, repo)
@@ -218,28 +223,28 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=[base], strategy=strategy,
                 granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
                 metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False,
-                resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts)
+                resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
                 strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
                 metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
-           max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
+           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
-                         conflicts_file=conflicts_file, max_conflicts=max_conflicts)
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
            strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
            dry_run: bool = False, actor: str | None = None, message: str | None = None,
            metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
-           max_conflicts: int | None = MAX_CONFLICTS) -> MergeResult:
+           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
-                         conflicts_file=conflicts_file, max_conflicts=max_conflicts)
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)

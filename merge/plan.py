@@ -19,6 +19,7 @@ import pyarrow as pa
 from trimerge.diff.engine import TableDiff
 from trimerge.diff.planner import Snapshot, choose_engine
 from trimerge.diff.spill import CandidateBuffer
+from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
@@ -45,8 +46,9 @@ class ThreeWay:
 
     def __init__(self, repo: Repository, base: Tables, ours: Tables, theirs: Tables, *, resolver: Resolver,
                  granularity: str, engine: str = "local", spark: Any = None, base_is_scratch: bool = False,
-                 max_conflicts: int | None = None):
+                 max_conflicts: int | None = None, verify: bool | None = None):
         self.repo = repo
+        self.verify = verify_requested(verify)  # every diff checked against the brute-force one
         self.base, self.ours, self.theirs = dict(base), dict(ours), dict(theirs)
         self.resolver = resolver
         self.granularity = granularity
@@ -75,7 +77,7 @@ class ThreeWay:
             executed.close()
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
-        td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after))
+        td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after), verify=self.verify)
         if self.engine != "local" and choose_engine(self.engine, td.candidate_plan) == "spark":
             from trimerge.diff.spark import get_spark
 

@@ -13,7 +13,6 @@ counted in ``builder.refused``; any other exception propagates."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from typing import Any, Sequence
@@ -432,7 +431,3 @@ class HistoryBuilder:
         with self.repo.transaction(branch=branch) as tx:
             tx.upsert(table, pa.Table.from_pylist(rows, schema=schema))
             tx.delete(second, where)
-
-
-def is_nan(x: Any) -> bool:
-    return isinstance(x, float) and math.isnan(x)

@@ -174,3 +174,50 @@ def test_key_widening_on_either_side_matches_rows_by_value(repo, widened):
     assert out.schema.field("id").type == pa.int64()
     assert sorted(out.to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "v": "S"}, {"id": 2, "v": "D2"}, {"id": 4, "v": "new"}]
+
+
+def test_every_plan_gives_the_same_rows_and_verify_agrees(reverted):
+    repo, c = reverted
+    for plan in ("auto", "delta", "fragments", "full"):
+        for a, b in ((c, "main"), ("main", c), ("main~2", "main")):
+            d = diff(a, b, repo=repo, plan=plan, verify=True)
+            assert engine_rows(d.tables["t"].rows(), ["id"]) == reference_diff(
+                repo.read("t", ref=a), repo.read("t", ref=b), ["id"])
+    forced = diff(c, "main", repo=repo, plan="full").tables["t"]
+    forced.rows()
+    assert forced.plan.method == "full"
+    with pytest.raises(trimerge.lineage.errors.InvalidOperationError):
+        diff(c, "main", repo=repo, plan="nosuch")
+
+
+def test_verify_names_the_plan_and_the_first_key(reverted, monkeypatch):
+    """A planner that wrongly trusts the delta (the old precondition) is caught by verify."""
+    from trimerge.diff import DiffVerificationError
+    from trimerge.lineage.commit import TableVersion
+
+    repo, c = reverted
+    monkeypatch.setattr(TableVersion, "delta_exact_from", lambda self, version: True)
+    assert diff(c, "main", repo=repo).tables["t"].counts.rows_changed == 0  # the old, wrong answer
+    with pytest.raises(DiffVerificationError) as info:
+        diff(c, "main", repo=repo, verify=True).tables["t"].rows()
+    assert info.value.plan == "delta" and info.value.key == {"id": 2} and info.value.exit_code == 4
+    monkeypatch.setenv("TRIMERGE_VERIFY", "1")
+    with pytest.raises(DiffVerificationError):
+        diff(c, "main", repo=repo).tables["t"].counts
+    with pytest.raises(DiffVerificationError):  # merges check the diffs they use
+        revert(c, "main", repo=repo, dry_run=True)
+
+
+def test_a_row_id_the_delta_promised_falls_back_instead_of_crashing(repo, monkeypatch, caplog):
+    from trimerge.lineage.commit import TableVersion
+
+    repo.create_table("t", rows([{"id": 1, "s": "x"}, {"id": 2, "s": "b"}]), primary_key="id")
+    repo.delete("t", "id = 2")
+    c = repo.resolve("main").id
+    revert("main", "main", repo=repo)
+    repo.upsert("t", rows([{"id": 2, "s": "c"}]))  # the revived row, updated
+    monkeypatch.setattr(TableVersion, "delta_exact_from", lambda self, version: True)
+    d = diff(c, "main", repo=repo)
+    assert engine_rows(d.tables["t"].rows(), ["id"]) == {(2,): ("insert", ())}
+    assert d.tables["t"].plan.fallback_from == "delta"
+    assert "does not hold" in caplog.text

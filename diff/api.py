@@ -1,0 +1,161 @@
+"""The diff API: every table of two refs (``diff``), and the :class:`Diff` that holds the
+per-table diffs of :mod:`trimerge.diff.engine`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import pyarrow as pa
+
+from trimerge.diff.engine import DiffCounts, Progress, TableDiff
+from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine
+from trimerge.diff.verify import verify_requested
+from trimerge.lineage.commit import Commit
+from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
+from trimerge.lineage.repository import Repository
+
+
+@dataclass
+class Diff:
+    """Differences of every table between two commits (``before`` → ``after``)."""
+
+    repo: Repository
+    before: Commit
+    after: Commit
+    tables: dict[str, TableDiff] = field(default_factory=dict)
+    three_dot: bool = False
+
+    def stat(self) -> pa.Table:
+        """One row per table: status, inserted, deleted, updated, cells changed, schema changes."""
+        rows = []
+        for name, td in sorted(self.tables.items()):
+            c = td.counts if td.storage_status != "unchanged" else DiffCounts()
+            rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,
+                         "updated": c.updated, "cells_changed": c.cells_changed,
+                         "schema_changes": len(td.schema_changes), "method": td.plan.method})
+        schema = pa.schema([("table", pa.string()), ("status", pa.string()), ("inserted", pa.int64()),
+                            ("deleted", pa.int64()), ("updated", pa.int64()), ("cells_changed", pa.int64()),
+                            ("schema_changes", pa.int64()), ("method", pa.string())])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def changed_tables(self) -> list[str]:
+        return [n for n, td in sorted(self.tables.items()) if td.changed]
+
+    def to_json(self, rows: bool = False) -> dict[str, Any]:
+        doc = {"before": self.before.id, "after": self.after.id,
+               "tables": {n: td.summary() for n, td in sorted(self.tables.items())}}
+        if rows:
+            for n, td in self.tables.items():
+                doc["tables"][n]["rows"] = td.rows().to_pylist() if td.storage_status != "unchanged" else []
+        return doc
+
+
+def parse_range(spec: str) -> tuple[str, str, bool]:
+    """``A...B`` (three-dot: merge base of A and B vs B) or ``A..B`` (A vs B)."""
+    if "..." in spec:
+        a, b = spec.split("...", 1)
+        return a or "main", b or "main", True
+    if ".." in spec:
+        a, b = spec.split("..", 1)
+        return a or "main", b or "main", False
+    raise InvalidOperationError(f"not a range: {spec!r} (use A..B or A...B, or pass two refs)")
+
+
+def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
+         engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
+         spark_threshold: int | None = None, progress: Progress | None = None,
+         memory_budget: int | None = None, plan: str = "auto", verify: bool | None = None) -> Diff:
+    """Compare two refs table by table.
+
+    ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
+    ``diff("main...feature")`` compares the merge base of the two with ``feature`` (what a merge
+    of feature would bring). ``a``/``b`` may be ``Ref`` objects or addresses ``REF::TABLE``.
+    Rows are computed lazily per table (``d.tables[name].rows()``, ``.counts``).
+
+    ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
+    active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
+    whose planned candidate rows exceed ``spark_threshold`` (default
+    ``trimerge.diff.planner.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
+
+    The local engine works in memory up to ``memory_budget`` bytes (default 512 MiB, env
+    ``TRIMERGE_DIFF_MEMORY``; candidates spill once they pass a quarter of it, since classifying them
+    in memory takes about four times their size); beyond that it partitions them by key hash into temporary files
+    (under env ``TRIMERGE_SPILL_DIR``, default the system temp directory) and classifies one bucket
+    at a time, so ``TableDiff.iter_batches`` and ``counts`` run in bounded memory.
+
+    ``plan`` picks the candidate plan: ``"auto"`` (the cheapest exact one), or ``"delta"``,
+    ``"fragments"``, ``"full"`` to start from that plan (one whose precondition does not hold
+    falls back to the next exact one; ``TableDiff.plan.method`` says what ran). ``verify=True``
+    (default: env ``TRIMERGE_VERIFY=1``) checks every table's rows against the brute-force diff
+    (both sides read whole) and raises :class:`DiffVerificationError` on any difference."""
+    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.repository import Ref
+
+    wanted = set(tables) if tables else None
+    if repo is None:
+        for r in (a, b):
+            if isinstance(r, Ref):
+                repo = r.repo
+                break
+    exprs = []
+    if a is None:
+        raise RefSyntaxError("diff needs a ref (or a range such as 'main..feature') to compare")
+    for r in (a, b):
+        if r is None:
+            exprs.append(None)
+            continue
+        r = r.expr if isinstance(r, Ref) else r
+        if not isinstance(r, str):
+            raise RefSyntaxError(f"a ref must be text or a Ref, not {type(r).__name__}")
+        if is_address(r):
+            addr = parse_address(r)
+            if addr.repository is not None and repo is None:
+                repo = Repository.open(addr.repository, read_only=True)
+            if addr.table:
+                wanted = (wanted or set()) | {addr.table}
+            r = addr.ref
+        exprs.append(r)
+    if repo is None:
+        raise InvalidOperationError("diff needs repo=... (or Ref objects / addresses that carry one)")
+    a_expr, b_expr = exprs
+    if plan not in PLAN_CHOICES:
+        raise InvalidOperationError(f"unknown diff plan {plan!r} (use {', '.join(PLAN_CHOICES)})")
+    three_dot = False
+    if b_expr is None:
+        a_expr, b_expr, three_dot = parse_range(a_expr)
+    after = repo.resolve(b_expr)
+    if three_dot:
+        base = repo.merge_base(a_expr, b_expr)
+        if base is None:
+            raise InvalidOperationError(f"{a_expr} and {b_expr} have no common ancestor")
+        before = base
+    else:
+        before = repo.resolve(a_expr)
+    result = Diff(repo, before, after, three_dot=three_dot)
+    names = sorted(before.tables.keys() | after.tables.keys())
+    if wanted is not None:
+        missing = wanted - set(names)
+        if missing:
+            raise TableNotFoundError(f"no table {', '.join(sorted(missing))} on either side")
+        names = [n for n in names if n in wanted]
+    for name in names:
+        result.tables[name] = TableDiff(name, Snapshot(repo, before.tables.get(name)),
+                                        Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget,
+                                        method=plan, verify=verify_requested(verify))
+    if engine not in ("local", "spark", "auto"):
+        raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
+    if engine != "local":
+        for td in result.tables.values():
+            if choose_engine(engine, td.candidate_plan, spark_threshold) == "spark":
+                from trimerge.diff.spark import get_spark
+
+                spark = spark or get_spark()
+                td.use_spark(spark)
+    if progress is not None:
+        for name, td in result.tables.items():
+            progress(name, "start")
+            if td.storage_status != "unchanged":
+                td.counts
+            progress(name, "done")
+    return result
