@@ -27,6 +27,7 @@ class FsckReport:
     commits: int = 0
     refs: int = 0
     table_versions: int = 0
+    diffs_verified: int = 0  # fsck --deep: table diffs checked against the brute-force diff
     problems: list[str] = field(default_factory=list)
 
     @property

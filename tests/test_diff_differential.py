@@ -232,6 +232,54 @@ operations = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 4), st.in
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if SHRINK else [])
 
 
+def check_history(builder: HistoryBuilder, pair_seed: int) -> dict[str, tuple]:
+    """Compare every plan with the brute-force diff on ``PAIRS_PER_HISTORY`` pairs of the history's
+    commits: {mismatch class: (commit a, commit b, table, plan, spilled, detail)} of the first of each."""
+    commits = builder.commits()
+    STATS["histories"] += 1
+    STATS["commits"] += len(commits)
+    STATS["virtual-base merges"] += sum(c.metadata.get("merge.virtual_base") == "recursive" for c in commits)
+    OPS.update(builder.applied)
+    REFUSED.update(builder.refused)
+    snaps = Snapshots(builder.repo)
+    found: dict[str, tuple] = {}
+    for i, (a, b) in enumerate(ref_pairs(builder, random.Random(pair_seed))):
+        STATS["ref pairs"] += 1
+        variants = [(plan, False) for plan in PLANS] + ([("auto", True)] if i < SPILLED_PAIRS else [])
+        for table in sorted(a.tables.keys() | b.tables.keys()):
+            outcomes = {}
+            for plan, spill in variants:
+                STATS["comparisons"] += 1
+                outcomes[(plan, spill)] = outcome = compare(builder.repo, snaps, a, b, table, plan, spill)
+                for cls, detail in outcome.problems:
+                    STATS["mismatches"] += 1
+                    MISMATCH_KINDS[cls] += 1
+                    found.setdefault(cls, (a, b, table, plan, spill, detail))
+            for cls, detail in verify_problems(outcomes):
+                STATS["mismatches"] += 1
+                MISMATCH_KINDS[cls] += 1
+                found.setdefault(cls, (a, b, table, "auto", False, detail))
+    return found
+
+
+def report(builder: HistoryBuilder, found: dict[str, tuple]) -> str:
+    lines = [f"{len(found)} kind(s) of mismatch between the diff and the brute-force diff:"]
+    for cls, (a, b, table, plan, spill, detail) in found.items():
+        names = builder.names
+        call = (f"diff({names.get(a.id, a.id)}, {names.get(b.id, b.id)}, repo=repo"
+                + (f", plan={plan!r}" if HAS_PLAN else "") + (", memory_budget=1" if spill else "")
+                + (", verify=True" if cls.startswith("verify") else "") + f").tables[{table!r}].rows()")
+        lines.append(f"- {cls}\n    {call}\n    {detail[:600]}")
+    lines.append("\nThe history, as a script:\n" + builder.script())
+    return "\n".join(lines)
+
+
+operations = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 4), st.integers(0, 2**20)),
+                      min_size=8, max_size=15)
+
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if SHRINK else [])
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
           phases=PHASES, print_blob=True, suppress_health_check=list(HealthCheck))
 @given(ops=operations, init_seed=st.integers(0, 2**20), pair_seed=st.integers(0, 2**20))
@@ -240,40 +288,9 @@ def check_random_histories(ops, init_seed, pair_seed):
         builder = HistoryBuilder(os.path.join(tmp, "repo"), init_seed=init_seed)
         for kind, branch, seed in ops:
             builder.apply(kind, branch, seed)
-        STATS["histories"] += 1
-        OPS.update(builder.applied)
-        REFUSED.update(builder.refused)
-        commits = builder.commits()
-        STATS["commits"] += len(commits)
-        STATS["virtual-base merges"] += sum(c.metadata.get("merge.virtual_base") == "recursive" for c in commits)
-        snaps = Snapshots(builder.repo)
-        found: dict[str, tuple] = {}
-        for i, (a, b) in enumerate(ref_pairs(builder, random.Random(pair_seed))):
-            STATS["ref pairs"] += 1
-            variants = [(plan, False) for plan in PLANS] + ([("auto", True)] if i < SPILLED_PAIRS else [])
-            for table in sorted(a.tables.keys() | b.tables.keys()):
-                outcomes = {}
-                for plan, spill in variants:
-                    STATS["comparisons"] += 1
-                    outcomes[(plan, spill)] = outcome = compare(builder.repo, snaps, a, b, table, plan, spill)
-                    for cls, detail in outcome.problems:
-                        STATS["mismatches"] += 1
-                        MISMATCH_KINDS[cls] += 1
-                        found.setdefault(cls, (a, b, table, plan, spill, detail))
-                for cls, detail in verify_problems(outcomes):
-                    STATS["mismatches"] += 1
-                    MISMATCH_KINDS[cls] += 1
-                    found.setdefault(cls, (a, b, table, "auto", False, detail))
+        found = check_history(builder, pair_seed)
         if found:
-            lines = [f"{len(found)} kind(s) of mismatch between the diff and the brute-force diff:"]
-            for cls, (a, b, table, plan, spill, detail) in found.items():
-                names = builder.names
-                call = (f"diff({names.get(a.id, a.id)}, {names.get(b.id, b.id)}, repo=repo"
-                        + (f", plan={plan!r}" if HAS_PLAN else "") + (", memory_budget=1" if spill else "")
-                        + f").tables[{table!r}].rows()")
-                lines.append(f"- {cls}\n    {call}\n    {detail[:600]}")
-            lines.append("\nThe history, as a script:\n" + builder.script())
-            raise AssertionError("\n".join(lines))
+            raise AssertionError(report(builder, found))
 
 
 def summary() -> str:

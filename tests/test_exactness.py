@@ -221,3 +221,18 @@ def test_a_row_id_the_delta_promised_falls_back_instead_of_crashing(repo, monkey
     assert engine_rows(d.tables["t"].rows(), ["id"]) == {(2,): ("insert", ())}
     assert d.tables["t"].plan.fallback_from == "delta"
     assert "does not hold" in caplog.text
+
+
+def test_fsck_deep_verifies_every_commit(reverted, cli, monkeypatch):
+    repo, c = reverted
+    doc = cli("-C", repo.uri, "fsck", "--deep", "--json", ok=True).json()
+    assert doc["ok"] and doc["diffs_verified"] >= 4
+    assert "table diff(s) verified: ok" in cli("-C", repo.uri, "fsck", "--deep", ok=True).stdout
+    from trimerge.diff.engine import TableDiff
+
+    # A delta reader that misses every row: each commit's planned diff disagrees with brute force.
+    monkeypatch.setattr(TableDiff, "_read_deltas", lambda self, common, out: None)
+    res = cli("-C", repo.uri, "fsck", "--deep", "--json")
+    assert res.exit_code == 1
+    problems = res.json()["problems"]
+    assert problems and all("delta plan disagrees with the brute-force diff" in p for p in problems)

@@ -287,12 +287,21 @@ def cleanup(obj: Context, retention: str) -> None:
 
 
 @cli.command()
+@click.option("--deep", is_flag=True, help="Also diff every commit against its first parent with the planned "
+              "and the brute-force diff, and report any difference (reads every changed table whole).")
 @common
-def fsck(obj: Context) -> None:
+def fsck(obj: Context, deep: bool) -> None:
     """Check commits, refs, recovery notes and reachable table data (exit 1 on problems)."""
-    report = obj.open(read_only=True).fsck()
+    repo = obj.open(read_only=True)
+    report = repo.fsck()
+    if deep:
+        from trimerge.diff.verify import verify_history
+
+        report.diffs_verified, problems = verify_history(repo)
+        report.problems.extend(problems)
+    deep_note = f", {report.diffs_verified} table diff(s) verified" if deep else ""
     emit(obj, report.to_json(), lambda: [click.echo(f"problem: {p}") for p in report.problems] + [click.echo(
-        f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s): "
-        + ("ok" if report.ok else f"{len(report.problems)} problem(s)"))])
+        f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s)"
+        f"{deep_note}: " + ("ok" if report.ok else f"{len(report.problems)} problem(s)"))])
     if not report.ok:
         sys.exit(EXIT_NO)
