@@ -236,3 +236,18 @@ def test_fsck_deep_verifies_every_commit(reverted, cli, monkeypatch):
     assert res.exit_code == 1
     problems = res.json()["problems"]
     assert problems and all("delta plan disagrees with the brute-force diff" in p for p in problems)
+
+
+def test_cli_plan_and_verify_flags(reverted, cli, monkeypatch):
+    repo, c = reverted
+    for plan in ("delta", "fragments", "full"):
+        doc = cli("-C", repo.uri, "diff", c, "main", "--plan", plan, "--verify", "--json", ok=True).json()
+        assert doc["tables"]["t"]["updated"] == 1
+    assert cli("-C", repo.uri, "diff", c, "main", "--plan", "nosuch").exit_code == 2
+    from trimerge.lineage.commit import TableVersion
+
+    monkeypatch.setattr(TableVersion, "delta_exact_from", lambda self, version: True)
+    res = cli("-C", repo.uri, "diff", c, "main", "--verify")
+    assert res.exit_code == 4 and "brute-force" in res.stderr
+    res = cli("-C", repo.uri, "revert", c, "--verify", "--dry-run")
+    assert res.exit_code == 4

@@ -68,9 +68,13 @@ class DelayedProgress:
               help="auto: Spark only for tables whose planned rows exceed the threshold.")
 @click.option("--spark-master", default=None, metavar="URL", help="Spark master (default: local[*]).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
+@click.option("--plan", type=click.Choice(["auto", "delta", "fragments", "full"]), default="auto", show_default=True,
+              help="Candidate plan to start from (one whose precondition fails falls back to the next exact one).")
+@click.option("--verify", is_flag=True, default=None,
+              help="Check every table against the brute-force diff (exit 4 on a difference; also TRIMERGE_VERIFY=1).")
 @common
 def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master,
-             verbose) -> None:
+             verbose, plan, verify) -> None:
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
     import sys as _sys
 
@@ -91,7 +95,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
 
         spark = get_spark(spark_master, verbose=verbose)
     d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine,
-                 spark=spark)
+                 spark=spark, plan=plan, verify=verify or None)
     spark_tables = {n for n, td in d.tables.items() if td.engine == "spark"}
     lance_out = bool(output) and output.rstrip("/").endswith(".lance")
     if output and (lance_out or (spark_tables and fmt in (None, "parquet"))) and not (stat or name_only):

@@ -34,6 +34,9 @@ def merge_options(fn: Callable) -> Callable:
                      help="Write the conflicts table to FILE (.parquet, .csv, .jsonl) to fill in resolutions."),
         click.option("--resolve", "resolve_file", default=None, metavar="FILE",
                      help="Resolutions: the conflicts table with 'resolution' (ours|theirs|base|value) and 'value'."),
+        click.option("--verify", is_flag=True, default=False,
+                     help="Check every diff the merge uses against the brute-force diff first (exit 4 on a "
+                          "difference; also TRIMERGE_VERIFY=1)."),
     ]):
         fn = opt(fn)
     return fn
@@ -55,7 +58,7 @@ def _parse_strategy(values: tuple[str, ...]):
 
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
-               resolve_file: str | None = None) -> None:
+               resolve_file: str | None = None, verify: bool = False) -> None:
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
@@ -75,7 +78,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
-                    conflicts_file=conflicts_file, **extra)
+                    conflicts_file=conflicts_file, verify=verify or None, **extra)
     except MergeConflictError as exc:
         result = exc.result
     for spec in reports:
@@ -127,7 +130,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-              resolve_file, engine, verbose) -> None:
+              resolve_file, verify, engine, verbose) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
@@ -139,7 +142,7 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 
         spark = get_spark(verbose=True)
     _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
-               conflicts_file, resolve_file)
+               conflicts_file, resolve_file, verify)
 
 
 @cli.command("revert")
@@ -148,12 +151,12 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 @merge_options
 @common
 def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-               resolve_file) -> None:
+               resolve_file, verify) -> None:
     """Undo the changes of COMMIT on a branch (a three-way merge)."""
     from trimerge.merge import revert
 
     _run_merge(obj, revert, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-               conflicts_file=conflicts_file, resolve_file=resolve_file)
+               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify)
 
 
 @cli.command("cherry-pick")
@@ -162,9 +165,9 @@ def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, r
 @merge_options
 @common
 def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-                    conflicts_file, resolve_file) -> None:
+                    conflicts_file, resolve_file, verify) -> None:
     """Apply the changes of COMMIT to a branch (a three-way merge)."""
     from trimerge.merge import cherry_pick
 
     _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-               conflicts_file=conflicts_file, resolve_file=resolve_file)
+               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify)
