@@ -224,7 +224,20 @@ def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
         found = ds.to_table(filter=pc.field(first).isin(values))
     if keys.num_columns == 1:
         return found
-    return found.join(keys, keys=keys.column_names, join_type="inner")
+    at, _ = matching_positions(found, keys, keys.column_names)
+    return found.take(at)
+
+
+def matching_positions(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+    """(positions in ``left``, positions in ``right``) of the rows whose keys match, in ``left``'s
+    order. Only the key columns are joined: Arrow's join refuses nested non-key columns (lists,
+    structs, fixed-size vectors), which are then taken by position."""
+    def indexed(t: pa.Table, name: str) -> pa.Table:
+        return t.select(list(key)).append_column(name, pa.array(range(t.num_rows), pa.int64()))
+
+    pairs = indexed(left, "\x01l").join(indexed(right, "\x01r"), keys=list(key), join_type="inner")
+    pairs = pairs.sort_by("\x01l")
+    return pairs.column("\x01l").combine_chunks(), pairs.column("\x01r").combine_chunks()
 
 
 def _text_literal(value: str | bytes) -> str:
@@ -237,8 +250,11 @@ def _slices(items: list, size: int) -> list[list]:
 
 def replace_columns(current: pa.Table, new: pa.Table, key: Sequence[str], columns: Sequence[str]) -> pa.Table:
     """``current`` rows with ``columns`` taken from the ``new`` row of the same key."""
-    kept = current.drop_columns(list(columns))
     try:
-        return kept.join(new.select([*key, *columns]), keys=list(key), join_type="inner")
+        at_current, at_new = matching_positions(current, new, key)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise SchemaMismatchError(f"cannot combine the changed columns with the stored rows: {exc}") from None
+    out = current.drop_columns(list(columns)).take(at_current)
+    for c in columns:
+        out = out.append_column(new.schema.field(c), new.column(c).take(at_new))
+    return out

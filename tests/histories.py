@@ -1,7 +1,7 @@
 """Random multi-branch histories built from every kind of write, for differential tests.
 
-A history is plain data — a list of ``(kind, branch_index, seed)`` — so Hypothesis can generate and
-shrink it; every detail of an operation (which keys, values, columns, commits) is drawn from
+A history is plain data — a list of ``(kind, branch_index, seed)``, e.g. from
+:func:`random_operations` — and every detail of an operation (which keys, values, columns, commits) is drawn from
 ``random.Random(seed)`` against the repository's state at that point. :class:`HistoryBuilder`
 applies it to a fresh repository and records each operation as a line of Python, so a failure
 can print a standalone script that rebuilds the same history (``builder.script()``).
@@ -49,6 +49,12 @@ KINDS = (["upsert"] * 4 + ["update"] * 2 + ["delete"] * 2 + ["delete_keys", "app
 MAX_BRANCHES = 5
 
 NAN = float("nan")
+
+
+def random_operations(seed: int, n: int) -> list[tuple[str, int, int]]:
+    """``n`` operations drawn from ``KINDS`` (with its weights); a shorter ``n`` gives a prefix."""
+    rng = random.Random(seed)
+    return [(rng.choice(KINDS), rng.randrange(MAX_BRANCHES), rng.randrange(2**32)) for _ in range(n)]
 
 
 def value_for(rng: random.Random, t: pa.DataType) -> Any:
@@ -370,6 +376,11 @@ class HistoryBuilder:
         if not others:
             return
         other = rng.choice(others)
+        for b in (branch, other):  # both sides have a commit of their own
+            tables = self.tables_on(b)
+            if tables:
+                self.op_upsert(rng, b, rng.choice(tables))
+                self._name_new_commits()
         mine, theirs = self.repo.resolve(branch).id, self.repo.resolve(other).id
         s1, s2, s3 = (rng.choice(STRATEGIES) for _ in range(3))
         self.emit(f"merge({self.ref(theirs)}, {branch!r}, repo=repo, strategy={s1!r})")
@@ -378,7 +389,7 @@ class HistoryBuilder:
         self.emit(f"merge({self.ref(mine)}, {other!r}, repo=repo, strategy={s2!r})")
         merge(mine, other, repo=self.repo, strategy=s2)
         self._name_new_commits()
-        if rng.random() < 0.7:  # both sides move on, then merge again: through a virtual base
+        if rng.random() < 0.85:  # both sides move on, then merge again: through a virtual base
             for b in (branch, other):
                 tables = self.tables_on(b)
                 if tables:

@@ -251,3 +251,15 @@ def test_cli_plan_and_verify_flags(reverted, cli, monkeypatch):
     assert res.exit_code == 4 and "brute-force" in res.stderr
     res = cli("-C", repo.uri, "revert", c, "--verify", "--dry-run")
     assert res.exit_code == 4
+
+
+def test_update_with_nested_columns_and_a_composite_key(repo):
+    vec = pa.list_(pa.float32(), 3)
+    repo.create_table("t", pa.table({"k1": [1, 1, 2], "k2": ["a", "b", "a"], "v": pa.array([[1, 2, 3]] * 3, vec),
+                                     "l": [[1], None, []], "s": ["x", "y", "z"]}), primary_key=["k1", "k2"])
+    repo.update("t", pa.table({"k1": [1], "k2": ["b"], "s": ["Y"]}))
+    repo.update("t", pa.table({"k1": [2], "k2": ["a"], "v": pa.array([[0, 0, 1]], vec)}))
+    got = {(r["k1"], r["k2"]): r for r in repo.read("t").to_pylist()}
+    assert got[(1, "b")]["s"] == "Y" and got[(1, "b")]["v"] == [1, 2, 3] and got[(1, "b")]["l"] is None
+    assert got[(2, "a")]["v"] == [0, 0, 1] and got[(2, "a")]["s"] == "z"
+    assert got[(1, "a")] == {"k1": 1, "k2": "a", "v": [1, 2, 3], "l": [1], "s": "x"}

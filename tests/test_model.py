@@ -61,8 +61,8 @@ from trimerge.lineage import errors as E
 from trimerge.merge import MergeConflictError, cherry_pick, merge, revert
 
 LONG = int(os.environ.get("TRIMERGE_LONG_TESTS", "0") or 0)
-EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 14)
-STEPS = int(os.environ.get("TRIMERGE_MODEL_STEPS", "0") or 0) or (60 if LONG else 30)
+EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 40)
+STEPS = int(os.environ.get("TRIMERGE_MODEL_STEPS", "0") or 0) or (60 if LONG else 50)
 EXCLUDE = {x.strip() for x in os.environ.get("TRIMERGE_MODEL_EXCLUDE", "").split(",") if x.strip()}
 
 STATS: Counter = Counter()  # histories, steps, one count per rule, merge outcomes, ...
@@ -79,8 +79,13 @@ DOMAINS = {("t", "a"): [None, 0, 1, 2], ("t", "s"): [None, "p", "q"], ("u", "v")
            ("w", "v"): [None, "m", "n"], "c": [None, 7, 8]}
 ADDED = ("c", pa.int64())  # the column add_columns adds
 WIDER = {pa.int16(): [pa.int32(), pa.int64()], pa.int32(): [pa.int64()], pa.string(): [pa.large_string()]}
+GRANULARITIES = ["cell", "cell", "row"] + ([] if "tablegran" in EXCLUDE else ["table"])
 BRANCHES = ["main", "b1", "b2", "feat/x"]
 TAGS = ["v1", "v2"]
+
+
+def wider(t: pa.DataType) -> list:
+    return [w for w in WIDER.get(t, []) if not (w == pa.large_string() and "large" in EXCLUDE)]
 
 
 def domain(table: str, column: str) -> list:
@@ -612,12 +617,12 @@ def draw_op(data, state: dict) -> dict | None:
             return None
         return {"kind": kind, "table": name, "column": data.draw(st.sampled_from(mt.values), label="column")}
     if kind == "widen":
-        cols = [c for c in mt.types if mt.types[c] in WIDER and (c not in mt.key or "keywiden" not in EXCLUDE)]
+        cols = [c for c in mt.types if wider(mt.types[c]) and (c not in mt.key or "keywiden" not in EXCLUDE)]
         if not cols:
             return None
         column = data.draw(st.sampled_from(cols), label="column")
         return {"kind": kind, "table": name, "column": column,
-                "type": data.draw(st.sampled_from(WIDER[mt.types[column]]), label="type")}
+                "type": data.draw(st.sampled_from(wider(mt.types[column])), label="type")}
     raise AssertionError(kind)
 
 
@@ -650,6 +655,7 @@ class RepositoryModel(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="trimerge-model-")
         self.repo = trimerge.Repository.init(os.path.join(self.dir, "repo"), actor="model")
+        self.repo.lock_timeout = 5  # one writer: a lease still held is a bug, found in seconds instead of 30
         root = self.repo.resolve("main").id
         self.nodes: dict[str, Node] = {root: Node((), {}, 1, 0)}
         self.names = {root: "c0"}
@@ -741,6 +747,14 @@ class RepositoryModel(RuleBasedStateMachine):
         self.branches[branch] = commit.id
         self.say(f"{name} = repo.resolve({branch!r}).id")
         STATS["commits"] += 1
+        if "commitdiffs" not in EXCLUDE:
+            # Every commit's own change, and two commits' changes in the other direction or forwards:
+            # diffs across reverts, merges and rewrites that the merges' own diffs may not meet.
+            self.diff_commits(parents[-1], commit.id)
+            grand = self.nodes[parents[0]].parents
+            if grand:
+                pair = (commit.id, grand[0]) if len(self.nodes) % 2 else (grand[0], commit.id)
+                self.diff_commits(*pair)
 
     def draw_ref(self, data, label: str = "ref", commits: bool = True) -> Ref:
         kinds = ["branch", "branch", "branch"] + (["tag"] if self.tags else []) + (["id", "prefix"] if commits else [])
@@ -817,6 +831,10 @@ class RepositoryModel(RuleBasedStateMachine):
             apply_op(state, op)
             ops.append(op)
         self.run_transaction("main", ops, state)
+        for name in ("b1", "b2"):
+            self.say(f"repo.branches.create({name!r}, from_ref='main')")
+            self.repo.branches.create(name, from_ref="main")
+            self.branches[name] = self.branches["main"]
 
     def run_transaction(self, branch: str, ops: list, state: dict) -> None:
         self.say(f"with repo.transaction({branch!r}, message='model') as tx:")
@@ -851,7 +869,12 @@ class RepositoryModel(RuleBasedStateMachine):
         self._commit(data)
 
     @rule(data=st.data())
-    def commit_more(self, data):
+    def commit_more(self, data):  # (the same rule again: writes are the most frequent step)
+        self.count("transaction")
+        self._commit(data)
+
+    @rule(data=st.data())
+    def commit_again(self, data):
         self.count("transaction")
         self._commit(data)
 
@@ -1041,7 +1064,7 @@ class RepositoryModel(RuleBasedStateMachine):
         O, T = self.state(dest_tip), self.state(theirs)
         virtual: dict = {}
         B = self.base_state(bases, virtual)
-        granularity = data.draw(st.sampled_from(["cell", "cell", "row", "table"]), label="granularity")
+        granularity = data.draw(st.sampled_from(GRANULARITIES), label="granularity")
         _, dry_conflicts = model_merge(B, O, T, granularity, Decider())
         self.say(f"r = {call_src}, granularity={granularity!r}, dry_run=True)")
         try:
@@ -1103,9 +1126,21 @@ class RepositoryModel(RuleBasedStateMachine):
             self.record(dest, result.commit, (dest_tip,), state)
         STATS[f"{verb}: published"] += 1
 
-    def _merge(self, data):
+    def _merge(self, data, branches_only: bool = False):
         dest = data.draw(st.sampled_from(sorted(self.branches)), label="dest")
-        source = self.draw_ref(data, "source")
+        if branches_only:
+            others = sorted(b for b in self.branches if b != dest)
+            if not others:
+                return
+            name = data.draw(st.sampled_from(others), label="source")
+            for side in (name, dest):  # both sides usually changed something since they parted
+                if data.draw(st.booleans(), label=f"write on {side} first"):
+                    ops, state = self.draw_ops(data, side, 2)
+                    if ops:
+                        self.run_transaction(side, ops, state)
+            source = Ref(name, repr(name), self.branches[name])
+        else:
+            source = self.draw_ref(data, "source")
         call_src = f"merge({source.src}, {dest!r}, repo=repo"
         if source.id is None:
             self.say(f"{call_src})")
@@ -1136,6 +1171,12 @@ class RepositoryModel(RuleBasedStateMachine):
         self._merge(data)
 
     @rule(data=st.data())
+    def merge_branches(self, data):
+        """A branch into another one (the usual merge)."""
+        self.count("merge")
+        self._merge(data, branches_only=True)
+
+    @rule(data=st.data())
     def criss_cross(self, data):
         """Two branches merge each other's tips of before: later merges between them have two bases."""
         self.count("criss-cross")
@@ -1155,7 +1196,19 @@ class RepositoryModel(RuleBasedStateMachine):
 
     def _pick(self, data, verb: str, ref: Ref | None = None, dest: str | None = None):
         dest = dest or data.draw(st.sampled_from(sorted(self.branches)), label="branch")
-        ref = ref or self.draw_ref(data, "commit")
+        if ref is None:
+            mine = self.ancestors(self.branches[dest])
+            recent = [self.branches[dest]]
+            while len(recent) < 3 and self.nodes[recent[-1]].parents:
+                recent.append(self.nodes[recent[-1]].parents[0])
+            # a revert usually undoes a recent commit of the branch; a cherry-pick takes one it lacks
+            pool = recent if verb == "revert" else sorted((c for c in self.nodes if c not in mine),
+                                                          key=lambda c: self.nodes[c].seq)
+            if pool and data.draw(st.booleans(), label="usual commit"):
+                cid = data.draw(st.sampled_from(pool), label="commit")
+                ref = Ref(cid, self.names[cid], cid)
+            else:
+                ref = self.draw_ref(data, "commit")
         fn = revert if verb == "revert" else cherry_pick
         call_src = f"{fn.__name__}({ref.src}, {dest!r}, repo=repo"
         if ref.id is None:
@@ -1254,26 +1307,38 @@ class RepositoryModel(RuleBasedStateMachine):
             if three:
                 assert d.before.id in self.merge_bases(a.id, b.id)
                 before = d.before.id
-            A, B = self.state(before), self.state(b.id)
-            assert sorted(d.tables) == sorted(set(A) | set(B))
-            for name, td in sorted(d.tables.items()):
-                x, y = A.get(name), B.get(name)
-                status = "added" if x is None else "dropped" if y is None else "unchanged" if teq(x, y) else "modified"
-                assert td.status == status, f"diff of {name}: status {td.status}, model {status}"
-                rows = td.rows()
-                key = list((y or x).key)
-                got = engine_rows(rows, key)
-                want = table_diff(x, y)
-                assert got == want, f"diff of {name} {before[:10]}..{b.id[:10]}: engine {got}, model {want}"
-                for r in rows.to_pylist():
-                    k = tuple(r[c] for c in key)
-                    for side, mt in (("before", x), ("after", y)):
-                        if r[side] is not None and mt is not None and k in mt.rows:
-                            for c, v in r[side].items():
-                                assert c in mt.types and same(v, mt.rows[k][c]), \
-                                    f"diff of {name}: {side} value of {k}.{c} is {v!r}, model {mt.rows[k].get(c)!r}"
+            self.compare_diff(d, before, b.id)
         except E.DataReclaimedError:
             assert self.reclaimable(a.id, b.id)
+
+    def compare_diff(self, d, before: str, after: str) -> None:
+        """A diff of every table from ``before`` to ``after`` against the model's: status, changed keys
+        with their change and changed columns, and the before/after values."""
+        A, B = self.state(before), self.state(after)
+        assert d.before.id == before and d.after.id == after
+        assert sorted(d.tables) == sorted(set(A) | set(B))
+        for name, td in sorted(d.tables.items()):
+            x, y = A.get(name), B.get(name)
+            status = "added" if x is None else "dropped" if y is None else "unchanged" if teq(x, y) else "modified"
+            where = f"diff {self.names[before]}..{self.names[after]} of {name}"
+            assert td.status == status, f"{where}: status {td.status}, model {status}"
+            rows = td.rows()
+            key = list((y or x).key)
+            got = engine_rows(rows, key)
+            want = table_diff(x, y)
+            assert got == want, f"{where}: engine {got}, model {want}"
+            for r in rows.to_pylist():
+                k = tuple(r[c] for c in key)
+                for side, mt in (("before", x), ("after", y)):
+                    if r[side] is not None and mt is not None and k in mt.rows:
+                        for c, v in r[side].items():
+                            assert c in mt.types and same(v, mt.rows[k][c]), \
+                                f"{where}: {side} value of {k}.{c} is {v!r}, model {mt.rows[k].get(c)!r}"
+        STATS["diffs compared"] += 1
+
+    def diff_commits(self, before: str, after: str) -> None:
+        self.say(f"d = diff({self.names[before]}, {self.names[after]}, repo=repo)")
+        self.compare_diff(diff(before, after, repo=self.repo), before, after)
 
     @rule(data=st.data())
     def merge_bases_and_history(self, data):
