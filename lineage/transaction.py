@@ -427,6 +427,9 @@ class Transaction:
             self._schema_lock = self.repo.lock_branch(SCHEMA_LOCK_BRANCH, f"schema change {self.ulid}",
                                                       what="another schema change")
 
+    def _schema_changed(self) -> None:
+        """A schema change was written (the lock is kept until the commit is published)."""
+
     def add_columns(self, name: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> None:
         """Add nullable columns, filled with nulls."""
         self._require_open()
@@ -445,6 +448,7 @@ class Transaction:
         self._schema_change()
         ds = self._writable(name)
         ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
+        self._schema_changed()
         self._ops.append(f"add columns {name}")
         # Row-level for the delta plan: a new name is null in every row no later write touched, and
         # an added column counts as changed only where it is not null. (A name dropped earlier
@@ -466,6 +470,7 @@ class Transaction:
                 raise PrimaryKeyError(f"cannot drop primary key column {c!r}")
         self._schema_change()
         self._writable(name).drop_columns(columns)
+        self._schema_changed()
         self._ops.append(f"drop columns {name}")
         self._written(name, self._latest_version(name), row_level=False)
 
@@ -483,6 +488,7 @@ class Transaction:
             raise SchemaMismatchError(f"cannot change {name}.{column} from {old} to {data_type}: only widening is allowed")
         self._schema_change()
         self._writable(name).alter_columns({"path": column, "data_type": data_type})
+        self._schema_changed()
         self._ops.append(f"alter {name}.{column}")
         self._written(name, self._latest_version(name), row_level=False)
 
@@ -610,6 +616,13 @@ class ScratchTransaction(Transaction):
     def table_versions(self) -> dict[str, TableVersion]:
         """The tables as written so far (valid until :meth:`close`)."""
         return dict(self._tables)
+
+    def _schema_changed(self) -> None:
+        """A scratch transaction publishes nothing, so it lets the schema lock go at once: the merge
+        it serves takes that lock again for dest's own schema change (held, it would wait on itself)."""
+        if self._schema_lock is not None:
+            self._schema_lock.release()
+            self._schema_lock = None
 
     def publish(self) -> Commit | None:
         raise InvalidOperationError("a scratch transaction is never published")

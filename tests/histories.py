@@ -31,7 +31,7 @@ REFUSALS = (InvalidOperationError, SchemaMismatchError, PrimaryKeyError, MergeCo
 
 BASE_SCHEMAS = {
     "t": pa.schema([("id", pa.int32()), ("s", pa.string()), ("n", pa.int32()), ("f", pa.float64())]),
-    # repo.update refuses tables with a list column (pyarrow joins cannot carry one): the list is on u
+    # the list column is on the composite-key table: updates there join on two key columns
     "u": pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("v", pa.string()), ("l", pa.list_(pa.int64()))]),
 }
 KEYS = {"t": ["id"], "u": ["k1", "k2"]}

@@ -263,3 +263,23 @@ def test_update_with_nested_columns_and_a_composite_key(repo):
     assert got[(1, "b")]["s"] == "Y" and got[(1, "b")]["v"] == [1, 2, 3] and got[(1, "b")]["l"] is None
     assert got[(2, "a")]["v"] == [0, 0, 1] and got[(2, "a")]["s"] == "z"
     assert got[(1, "a")] == {"k1": 1, "k2": "a", "v": [1, 2, 3], "l": [1], "s": "x"}
+
+
+def test_criss_cross_merge_with_schema_changes_does_not_wait_on_itself(repo):
+    """The virtual base's scratch transaction used to keep the schema lock the merge then needed."""
+    import time
+
+    repo.create_table("t", pa.table({"id": [1, 2, 3], "s": ["a", "b", "c"], "n": [1, 2, 3]}), primary_key="id")
+    repo.branches.create("a", from_ref="main")
+    repo.branches.create("b", from_ref="main")
+    a1 = repo.upsert("t", pa.table({"id": [1], "s": ["A"], "n": [1]}), branch="a").id
+    b1 = repo.drop_columns("t", ["n"], branch="b").id
+    merge(b1, "a", repo=repo, strategy="source-wins")
+    merge(a1, "b", repo=repo, strategy="source-wins")
+    repo.drop_columns("t", ["s"], branch="a")
+    repo.upsert("t", pa.table({"id": [3], "s": ["C"]}), branch="b")
+    started = time.monotonic()
+    result = merge("a", "b", repo=repo, strategy="source-wins", verify=True)
+    assert result.status == "merged" and result.virtual_base
+    assert time.monotonic() - started < 10
+    assert repo.read("t", ref="b").column_names == ["id"]

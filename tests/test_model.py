@@ -61,9 +61,12 @@ from trimerge.lineage import errors as E
 from trimerge.merge import MergeConflictError, cherry_pick, merge, revert
 
 LONG = int(os.environ.get("TRIMERGE_LONG_TESTS", "0") or 0)
-EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 40)
+EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 50)
 STEPS = int(os.environ.get("TRIMERGE_MODEL_STEPS", "0") or 0) or (60 if LONG else 50)
 EXCLUDE = {x.strip() for x in os.environ.get("TRIMERGE_MODEL_EXCLUDE", "").split(",") if x.strip()}
+
+# Repositories live in memory where there is a tmpfs: most of a step's time is otherwise fsync.
+SCRATCH = os.environ.get("TRIMERGE_MODEL_DIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 
 STATS: Counter = Counter()  # histories, steps, one count per rule, merge outcomes, ...
 
@@ -311,6 +314,10 @@ def _merge_table(name, b, o, t, granularity, dec, conflicts):
     return _merge_rows(name, b, o, t, granularity, dec, conflicts)
 
 
+def plain(t: pa.DataType) -> pa.DataType:
+    return pa.string() if t == pa.large_string() else t
+
+
 def _widens(old, new) -> bool:
     return new in WIDER.get(old, [])
 
@@ -318,12 +325,20 @@ def _widens(old, new) -> bool:
 def _merge_rows(name, b, o, t, granularity, dec, conflicts):
     sb = b.types if b is not None else None
     so, st_ = o.types, t.types
-    # Key columns: one side's widening is taken, different changes on both sides conflict (intended
-    # rule, issue 25: one-sided key widening merges).
+    # Key columns (README "Merge"): a lossless widening on one side, or the same one on both, is
+    # applied; any other change of a key column's type (a table re-created with its old type, two
+    # different widenings) is a conflict about the whole table. string/large_string are one type here.
+    retyped = []
     for k in o.key:
-        kb, ko, kt = (sb.get(k) if sb else None), so[k], st_[k]
-        if ko != kt and not (kb is not None and (ko == kb or kt == kb)):
-            return _table_conflict("schema.primary_key", name, b, o, t, dec, conflicts, (k,))
+        kb, ko, kt = (plain(sb[k]) if sb and k in sb else None), plain(so[k]), plain(st_[k])
+        if kb is None:
+            if ko != kt:
+                retyped.append(k)
+        elif not (ko == kt == kb or (ko == kb and _widens(kb, kt)) or (kt == kb and _widens(kb, ko))
+                  or (ko == kt and _widens(kb, ko))):
+            retyped.append(k)
+    if retyped:
+        return _table_conflict("schema.primary_key", name, b, o, t, dec, conflicts, retyped)
     changed_o = changed_columns(b, o) if b is not None else set()
     changed_t = changed_columns(b, t) if b is not None else set()
     S = dict(so)
@@ -653,7 +668,7 @@ class Expected(Exception):
 class RepositoryModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="trimerge-model-")
+        self.dir = tempfile.mkdtemp(prefix="trimerge-model-", dir=SCRATCH)
         self.repo = trimerge.Repository.init(os.path.join(self.dir, "repo"), actor="model")
         self.repo.lock_timeout = 5  # one writer: a lease still held is a bug, found in seconds instead of 30
         root = self.repo.resolve("main").id
@@ -1112,7 +1127,15 @@ class RepositoryModel(RuleBasedStateMachine):
             assert self.repo.resolve(dest).id == dest_tip
             STATS[f"{verb}: conflicts"] += 1
             return
-        result = call(**kw)
+        try:
+            result = call(**kw)
+        except E.ConcurrentWriteError:
+            # TRIMERGE_MODEL_EXCLUDE=deadlock: look past a known self-deadlock (a virtual base's
+            # scratch holds the schema lease the merge's own schema change then waits for)
+            if not ("deadlock" in EXCLUDE and len(bases) > 1):
+                raise
+            STATS[f"{verb}: schema lease deadlock (tolerated)"] += 1
+            return
         assert not result.conflicts
         if extra_parent is not None:
             assert result.status == "merged", result.status
