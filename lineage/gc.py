@@ -323,7 +323,7 @@ class Collector:
         """Delete the lease documents of scratch transactions (a merge's virtual base) whose process
         died: a closed scratch deletes its own; one nobody holds and no intent names is a leftover.
         Taking the lease first means a live scratch is never touched."""
-        from trimerge.lineage.transaction import SCRATCH_PREFIX
+        from trimerge.lineage.scratch import SCRATCH_PREFIX
 
         docs = self.repo.docs
         named = set()
