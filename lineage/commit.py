@@ -22,7 +22,10 @@ class TableVersion:
     metadata describes every change up to ``version``: the versions ``delta_since..version`` form
     one chain of row-level writes, each built on the one before (no restore or repoint back in
     time, no overwrite, no schema change). ``ds.delta(begin_version=v)`` is exact for every
-    ``v >= delta_since``; None means unknown (commits written before this was recorded)."""
+    ``v >= delta_since``; None means unknown (commits written before this was recorded).
+
+    ``index_params`` records, per index name, the parameters it was defined with (canonical JSON):
+    Lance's manifest says which indices exist, but keeps only their trained result."""
 
     dataset: str
     lance_branch: str
@@ -30,6 +33,7 @@ class TableVersion:
     owner: str
     primary_key: tuple[str, ...]
     delta_since: int | None = None
+    index_params: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -41,13 +45,16 @@ class TableVersion:
         }
         if self.delta_since is not None:
             doc["delta_since"] = self.delta_since
+        if self.index_params:
+            doc["index_params"] = dict(self.index_params)
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "TableVersion":
         since = doc.get("delta_since")
+        params = doc.get("index_params") or {}
         return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]),
-                   int(since) if since is not None else None)
+                   int(since) if since is not None else None, tuple(sorted((str(k), str(v)) for k, v in params.items())))
 
     def delta_exact_from(self, version: int) -> bool:
         """Whether Lance's ``delta`` from ``version`` (of this Lance branch) to this version names

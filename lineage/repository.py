@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from trimerge.lineage.transaction import Transaction
 
+from trimerge.lineage import entities
 from trimerge.lineage import graph as graphalg
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.branches import BranchManager, TagManager
@@ -50,7 +51,6 @@ from trimerge.lineage.errors import (
     CorruptRepositoryError,
     DataReclaimedError,
     InvalidOperationError,
-    PrimaryKeyError,
     RepositoryNotFoundError,
     TableNotFoundError,
 )
@@ -60,6 +60,8 @@ from trimerge.lineage.marker import REPO_DOC, refuse_to_init
 from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
+from trimerge.lineage.indices import IndexInfo, list_indices
+from trimerge.lineage.settings import Settings
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
@@ -143,6 +145,7 @@ class Repository:
         self.recovery = Recovery(self)
         self.deletions = DeletionLog(self.docs)
         self.reclaimed = ReclaimedCommits(self.docs)
+        self.settings = Settings(self.docs)
         self.last_recovery = RecoveryReport()
         self._released_leases: dict[str, Any] = {}
 
@@ -366,67 +369,16 @@ class Repository:
     def primary_key(self, table: str, ref: str | None = None) -> tuple[str, ...]:
         return self.table_version(table, ref).primary_key
 
-    @staticmethod
-    def _key_values(primary_key: Sequence[str], key: Any) -> list[Any]:
-        if isinstance(key, Mapping):
-            missing = [k for k in primary_key if k not in key]
-            if missing:
-                raise PrimaryKeyError(f"key {key!r} lacks the key column(s) {missing}")
-            values = [key[k] for k in primary_key]
-        elif isinstance(key, (tuple, list)):
-            values = list(key)
-        else:
-            values = [key]
-        if len(values) != len(primary_key):
-            raise PrimaryKeyError(f"key {key!r} does not match the primary key {list(primary_key)}")
-        return values
-
-    def _row_at(self, tv: TableVersion, key: Any) -> dict[str, Any] | None:
-        import pyarrow as pa
-
-        from trimerge.lineage import tables as tbl
-
-        ds = self.open_table_version(tv)
-        values = self._key_values(tv.primary_key, key)
-        try:  # the key must be a value of the key columns' types (not just something Lance may coerce)
-            typed = [pa.array([v]).cast(ds.schema.field(c).type, safe=True)[0].as_py() if v is not None else None
-                     for c, v in zip(tv.primary_key, values)]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-            types = ", ".join(f"{c}: {ds.schema.field(c).type}" for c in tv.primary_key)
-            raise PrimaryKeyError(f"key {key!r} does not match the key column types ({types})") from None
-        if any(v is None for v in typed):
-            raise PrimaryKeyError(f"key {key!r}: key values cannot be null")
-        rows = ds.to_table(filter=tbl.key_filter(tv.primary_key, typed)).to_pylist()
-        return rows[0] if rows else None
-
     def entity(self, table: str, key: Any, ref: str | None = None) -> dict[str, Any] | None:
         """One row by primary key at ``ref`` (None if absent). ``key``: value, tuple or dict."""
-        return self._row_at(self.table_version(table, ref), key)
+        tv = self.table_version(table, ref)
+        return entities.row_at(self.open_table_version(tv), tv.primary_key, key)
 
     def entity_history(self, table: str, key: Any, ref: str | None = None) -> list[Commit]:
         """Commits (newest first) in which the row with ``key`` changed: inserted, updated or deleted.
 
         Only commits whose version of the table differs from their first parent's are read."""
-        out = []
-        cache: dict[tuple, Any] = {}
-
-        def row_at(c: Commit | None) -> Any:
-            tv = c.tables.get(table) if c is not None else None
-            if tv is None:
-                return None
-            if tv.location not in cache:
-                cache[tv.location] = self._row_at(tv, key)
-            return cache[tv.location]
-
-        for c in self.iter_log(ref):
-            parent = self.commit(c.parents[0]) if c.parents else None
-            mine = c.tables.get(table)
-            theirs = parent.tables.get(table) if parent else None
-            if mine is not None and theirs is not None and mine.location == theirs.location:
-                continue
-            if row_at(c) != row_at(parent):
-                out.append(c)
-        return out
+        return entities.entity_history(self.open_table_version, self.iter_log(ref), self.commit, table, key)
 
     # ------------------------------------------------------------------ writing
     def check_writable(self) -> None:
@@ -519,6 +471,56 @@ class Repository:
         """Widen a column's type (e.g. int32 to int64, float32 to float64)."""
         return self._write("alter_column", f"Widen {table}.{column} to {data_type}", table, column, data_type,
                            branch=branch, actor=actor, message=message)
+
+    # ------------------------------------------------------------------ indices, search, import
+    def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
+                     branch: str | None = None, actor: str | None = None, message: str | None = None,
+                     **params: Any) -> Commit:
+        """Build a Lance index on ``column`` as one commit (see :meth:`Transaction.create_index`)."""
+        with self.transaction(branch, actor=actor, message=message or f"Create {kind} index on {table}.{column}") as tx:
+            tx.create_index(table, column, kind, name=name, replace=replace, **params)
+        return tx.commit
+
+    def drop_index(self, table: str, name: str, *, branch: str | None = None, actor: str | None = None,
+                   message: str | None = None) -> Commit:
+        """Drop a table's index by name; one commit."""
+        return self._write("drop_index", f"Drop index {name} of {table}", table, name,
+                           branch=branch, actor=actor, message=message)
+
+    def optimize_indices(self, table: str, *, branch: str | None = None, actor: str | None = None,
+                         message: str | None = None) -> Commit | None:
+        """Add the rows written since the last build to a table's indices (no retraining); None if
+        every row is indexed already."""
+        return self._write("optimize_indices", f"Optimize indices of {table}", table,
+                           branch=branch, actor=actor, message=message)
+
+    def indices(self, table: str, ref: str | None = None) -> list[IndexInfo]:
+        """The indices of ``table`` at ``ref`` (default: the current branch), each with its
+        definition and how many rows it covers."""
+        tv = self.table_version(table, ref)
+        return list_indices(self.open_table_version(tv), tv)
+
+    def search(self, table: str, *, ref: str | None = None, vector: Any = None, column: str | None = None,
+               text: str | None = None, k: int = 10, where: str | None = None, columns: Sequence[str] | None = None,
+               **options: Any) -> pa.Table:
+        """Nearest rows to ``vector`` or best matches of ``text`` in ``table`` at ``ref``: an Arrow
+        table with the key columns, ``columns`` and ``_distance`` (vector) or ``_score`` (text).
+        ``where`` is a prefilter (the top ``k`` among matching rows)."""
+        from trimerge.lineage.search import search
+
+        table, ref = self._split_address(table, ref)
+        tv = self.table_version(table, ref)
+        return search(self.open_table_version(tv), tv.primary_key, vector=vector, column=column, text=text, k=k,
+                      where=where, columns=columns, **options)
+
+    def import_table(self, name: str, source: str, primary_key: str | Sequence[str], *, version: int | None = None,
+                     storage_options: Mapping[str, str] | None = None, branch: str | None = None,
+                     actor: str | None = None, message: str | None = None) -> Commit:
+        """Bring an existing Lance dataset in as table ``name`` without copying its data files
+        (Lance shallow clone); the source is never written to or deleted from."""
+        with self.transaction(branch, actor=actor, message=message or f"Import {source} as {name}") as tx:
+            tx.import_table(name, source, primary_key, version=version, storage_options=storage_options)
+        return tx.commit
 
     # ------------------------------------------------------------------ leases, recovery, maintenance
     def branch_lease(self, branch: str, purpose: str) -> Lease:

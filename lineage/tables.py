@@ -83,6 +83,20 @@ def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:
     return tuple(f.name for f in schema if f.metadata and f.metadata.get(PK_METADATA) == b"true")
 
 
+def parse_primary_key(primary_key: Any, what: str) -> tuple[str, ...]:
+    """A primary key given as a column name or a non-empty list of names, as a tuple."""
+    if isinstance(primary_key, str):
+        pk = (primary_key,)
+    elif isinstance(primary_key, (list, tuple)) and primary_key and all(isinstance(k, str) for k in primary_key):
+        pk = tuple(primary_key)
+    else:
+        raise PrimaryKeyError(f"{what}: primary_key must be a column name or a non-empty list of them, "
+                              f"not {primary_key!r}")
+    if len(set(pk)) != len(pk):
+        raise PrimaryKeyError(f"{what}: primary key {list(pk)} names a column twice")
+    return pk
+
+
 def schema_with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
     """Declare the key in the schema (Lance's unenforced primary key; key fields are non-null)."""
     missing = [k for k in primary_key if k not in schema.names]
@@ -155,10 +169,63 @@ def open_version(path: str, lance_branch: str, version: int | None,
 
 def fragment_signature(ds: lance.LanceDataset) -> tuple:
     """What determines a version's content: schema (with Lance field ids: a dropped and re-added
-    column reads other files) plus each fragment's files and deletions."""
+    column reads other files), each fragment's files and deletions, and the indices."""
     frags = tuple(sorted((f.fragment_id, repr(f.metadata.to_json().get("files")),
                           repr(f.metadata.to_json().get("deletion_file"))) for f in ds.get_fragments()))
-    return (str(ds.lance_schema), frags)
+    return (str(ds.lance_schema), frags, tuple(sorted(i["uuid"] for i in ds.list_indices())))
+
+
+def checked_new_columns(schema: pa.Schema, fields: Any, table: str) -> list[pa.Field]:
+    """Columns to add to a table of ``schema``: pyarrow fields, nullable, new names; as stored."""
+    fields = [fields] if isinstance(fields, pa.Field) else list(fields) if isinstance(fields, (list, tuple, pa.Schema)) else []
+    if not fields or not all(isinstance(f, pa.Field) for f in fields):
+        raise SchemaMismatchError("add_columns takes pyarrow fields (pa.field(name, type)), at least one")
+    check_field_names(fields)
+    for f in fields:
+        if f.name in schema.names:
+            raise SchemaMismatchError(f"table {table!r} has a column {f.name!r} already")
+        if not f.nullable:
+            raise SchemaMismatchError(f"new column {f.name!r} must be nullable (existing rows get nulls)")
+    check_field_names([*schema, *fields])  # no clash in case with existing columns either
+    return [f.with_type(plain_type(f.type)) for f in fields]
+
+
+def checked_dropped_columns(schema: pa.Schema, columns: Any, primary_key: Sequence[str], table: str) -> list[str]:
+    """Columns to drop from a table of ``schema``: existing, not part of the key."""
+    columns = [columns] if isinstance(columns, str) else list(columns) if isinstance(columns, (list, tuple)) else []
+    if not columns or not all(isinstance(c, str) for c in columns):
+        raise SchemaMismatchError(f"drop columns from {table}: name at least one column, as text")
+    for c in columns:
+        if c not in schema.names:
+            raise SchemaMismatchError(f"table {table!r} has no column {c!r}")
+        if c in primary_key:
+            raise PrimaryKeyError(f"cannot drop primary key column {c!r}")
+    return columns
+
+
+def checked_widening(schema: pa.Schema, column: str, data_type: pa.DataType, table: str) -> bool:
+    """Whether changing ``column`` to ``data_type`` is a widening to do (False: it has that type already)."""
+    if column not in schema.names:
+        raise SchemaMismatchError(f"table {table!r} has no column {column!r}")
+    old = schema.field(column).type
+    if old == data_type:
+        return False
+    if not is_widening(old, data_type):
+        raise SchemaMismatchError(f"cannot change {table}.{column} from {old} to {data_type}: only widening is allowed")
+    return True
+
+
+def distinct_keys(table: pa.Table, schema: pa.Schema, primary_key: Sequence[str], what: str) -> pa.Table:
+    """The key columns of ``table``, typed as in ``schema``, non-null, one row per key."""
+    pk = list(primary_key)
+    missing = [k for k in pk if k not in table.column_names]
+    if missing:
+        raise PrimaryKeyError(f"{what}: key column(s) {missing} missing")
+    table = table.select(pk)
+    if any(table.column(k).null_count for k in pk):
+        raise PrimaryKeyError(f"{what}: key values cannot be null")
+    table = conform(table, pa.schema([schema.field(k) for k in pk]), what)
+    return table.group_by(pk).aggregate([]) if table.num_rows > 1 else table
 
 
 # Lossless type changes allowed by alter_column: from -> set of wider types (int -> float is

@@ -9,12 +9,14 @@ invisible until :func:`trimerge.lineage.refs.publish` swaps the branch document.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 from ulid import ULID
 
+from trimerge.lineage import indices
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
@@ -151,6 +153,11 @@ class Transaction:
         tv = self._table(name)
         return self.repo.table_store.open_version(tv).schema
 
+    def indices(self, table: str) -> list[indices.IndexInfo]:
+        """A table's indices as this transaction sees them so far."""
+        tv = self._table(table)
+        return indices.list_indices(self.repo.table_store.open_version(tv), tv)
+
     def _table(self, name: str) -> TableVersion:
         try:
             return self._tables[name]
@@ -172,8 +179,7 @@ class Transaction:
             crashpoint("before_fork")
             ds = store.fork(tv, fork)
             # pylance reads a fork's delta only from its own first version (the fork point).
-            self._tables[name] = TableVersion(tv.dataset, fork, tv.version, self._branch.id, tv.primary_key,
-                                              delta_since=tv.version)
+            self._tables[name] = replace(tv, lance_branch=fork, owner=self._branch.id, delta_since=tv.version)
             self._built_on[name] = ds.version
             return ds
         self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
@@ -212,15 +218,7 @@ class Transaction:
         validate_table_name(name)
         if name in self._tables:
             raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
-        if isinstance(primary_key, str):
-            pk = (primary_key,)
-        elif isinstance(primary_key, (list, tuple)) and primary_key and all(isinstance(k, str) for k in primary_key):
-            pk = tuple(primary_key)
-        else:
-            raise PrimaryKeyError(f"create table {name}: primary_key must be a column name or a non-empty list "
-                                  f"of them, not {primary_key!r}")
-        if len(set(pk)) != len(pk):
-            raise PrimaryKeyError(f"create table {name}: primary key {list(pk)} names a column twice")
+        pk = tbl.parse_primary_key(primary_key, f"create table {name}")
         table = tbl.to_arrow(data)
         schema = tbl.schema_with_primary_key(table.schema, pk)
         tbl.check_primary_key(table, pk, f"create table {name}")
@@ -230,6 +228,25 @@ class Transaction:
         ds = self.repo.table_store.create(dataset, table, schema)
         self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk, delta_since=ds.version)
         self._ops.append(f"create {name}")
+        self._written(name, ds.version)
+
+    def import_table(self, name: str, source: str, primary_key: str | Sequence[str], *, version: int | None = None,
+                     storage_options: Mapping[str, str] | None = None) -> None:
+        """Add table ``name`` referencing an existing Lance dataset's data files without copying
+        them (see :mod:`trimerge.lineage.importing`); the source is checked before any effect."""
+        from trimerge.lineage import importing
+
+        self._require_open()
+        validate_table_name(name)
+        if name in self._tables:
+            raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
+        pk = tbl.parse_primary_key(primary_key, f"import {name}")
+        source_ds = importing.open_source(source, pk, version=version, storage_options=storage_options)
+        dataset = f"{name}-{str(ULID()).lower()}"
+        self._touch((dataset, "main"), created_dataset=True)
+        ds = importing.clone(source_ds, pk, self.repo.table_store, dataset)
+        self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk, delta_since=ds.version)
+        self._ops.append(f"import {name}")
         self._written(name, ds.version)
 
     def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
@@ -272,7 +289,10 @@ class Transaction:
             builder = ds.merge_insert(list(pk))
             if values:
                 changed = " OR ".join(f"(source.`{c}` IS DISTINCT FROM target.`{c}`)" for c in values)
-                builder = builder.when_matched_update_all(changed)
+                # pylance 14: a conditional update through a scalar index on the key fails with
+                # "Primary key column ... must not be nullable"; the condition must stay (identical
+                # rows keep their row versions), so the key index is not used here.
+                builder = builder.when_matched_update_all(changed).use_index(False)
             builder.when_not_matched_insert_all().execute(table)
         self._ops.append(f"upsert {name}")
         self._written(name, ds.version, ds)
@@ -334,17 +354,9 @@ class Transaction:
         """Delete the rows whose primary key appears in ``keys`` (a table of the key columns)."""
         self._require_open()
         tv = self._table(name)
-        table = tbl.to_arrow(keys)
-        schema = self.repo.table_store.open_version(tv).schema
         pk = list(tv.primary_key)
-        missing = [k for k in pk if k not in table.column_names]
-        if missing:
-            raise PrimaryKeyError(f"delete keys from {name}: key column(s) {missing} missing")
-        table = table.select(pk)
-        if any(table.column(k).null_count for k in pk):
-            raise PrimaryKeyError(f"delete keys from {name}: key values cannot be null")
-        table = tbl.conform(table, pa.schema([schema.field(k) for k in pk]), f"delete keys from {name}")
-        table = table.group_by(pk).aggregate([]) if table.num_rows > 1 else table  # one source row per key
+        table = tbl.distinct_keys(tbl.to_arrow(keys), self.repo.table_store.open_version(tv).schema, pk,
+                                  f"delete keys from {name}")
         ds = self._writable(name)
         if table.num_rows:
             ds.merge_insert(pk).when_matched_delete().execute(table)
@@ -430,72 +442,90 @@ class Transaction:
     def add_columns(self, name: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> None:
         """Add nullable columns, filled with nulls."""
         self._require_open()
-        fields = [fields] if isinstance(fields, pa.Field) else list(fields) if isinstance(fields, (list, tuple, pa.Schema)) else []
-        if not fields or not all(isinstance(f, pa.Field) for f in fields):
-            raise SchemaMismatchError("add_columns takes pyarrow fields (pa.field(name, type)), at least one")
-        tbl.check_field_names(fields)
-        tv = self._table(name)
-        schema = self.repo.table_store.open_version(tv).schema
-        for f in fields:
-            if f.name in schema.names:
-                raise SchemaMismatchError(f"table {name!r} has a column {f.name!r} already")
-            if not f.nullable:
-                raise SchemaMismatchError(f"new column {f.name!r} must be nullable (existing rows get nulls)")
-        tbl.check_field_names([*schema, *fields])  # no clash in case with existing columns either
+        fields = tbl.checked_new_columns(self.repo.table_store.open_version(self._table(name)).schema, fields, name)
         self._schema_change()
-        ds = self._writable(name)
-        ds.add_columns([f.with_type(tbl.plain_type(f.type)) for f in fields])
-        self._schema_changed()
-        self._ops.append(f"add columns {name}")
         # Row-level for the delta plan: a new name is null in every row no later write touched, and
         # an added column counts as changed only where it is not null. (A name dropped earlier
         # cannot lie inside the chain: drops end it.)
-        self._written(name, self._latest_version(name))
+        self.write_table(name, f"add columns {name}", lambda ds: ds.add_columns(fields))
+        self._schema_changed()
 
     def drop_columns(self, name: str, columns: Sequence[str]) -> None:
         """Drop columns that are not part of the primary key."""
         self._require_open()
         tv = self._table(name)
-        schema = self.repo.table_store.open_version(tv).schema
-        columns = [columns] if isinstance(columns, str) else list(columns) if isinstance(columns, (list, tuple)) else []
-        if not columns or not all(isinstance(c, str) for c in columns):
-            raise SchemaMismatchError(f"drop columns from {name}: name at least one column, as text")
-        for c in columns:
-            if c not in schema.names:
-                raise SchemaMismatchError(f"table {name!r} has no column {c!r}")
-            if c in tv.primary_key:
-                raise PrimaryKeyError(f"cannot drop primary key column {c!r}")
+        columns = tbl.checked_dropped_columns(self.repo.table_store.open_version(tv).schema, columns, tv.primary_key, name)
         self._schema_change()
-        self._writable(name).drop_columns(columns)
+        self.write_table(name, f"drop columns {name}", lambda ds: ds.drop_columns(columns), row_level=False)
         self._schema_changed()
-        self._ops.append(f"drop columns {name}")
-        self._written(name, self._latest_version(name), row_level=False)
 
     def alter_column(self, name: str, column: str, data_type: pa.DataType) -> None:
         """Widen a column's type; narrowing or unrelated changes are refused."""
         self._require_open()
-        tv = self._table(name)
-        schema = self.repo.table_store.open_version(tv).schema
-        if column not in schema.names:
-            raise SchemaMismatchError(f"table {name!r} has no column {column!r}")
-        old = schema.field(column).type
-        if old == data_type:
+        if not tbl.checked_widening(self.repo.table_store.open_version(self._table(name)).schema, column, data_type, name):
             return
-        if not tbl.is_widening(old, data_type):
-            raise SchemaMismatchError(f"cannot change {name}.{column} from {old} to {data_type}: only widening is allowed")
         self._schema_change()
-        self._writable(name).alter_columns({"path": column, "data_type": data_type})
+        self.write_table(name, f"alter {name}.{column}",
+                         lambda ds: ds.alter_columns({"path": column, "data_type": data_type}), row_level=False)
         self._schema_changed()
-        self._ops.append(f"alter {name}.{column}")
-        self._written(name, self._latest_version(name), row_level=False)
 
     def compact(self, name: str, target_rows_per_fragment: int = 1024 * 1024) -> None:
         """Rewrite small fragments into larger ones (content unchanged; a commit all the same)."""
+        self.write_table(name, f"compact {name}",
+                         lambda ds: ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment))
+
+    def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
+                     **params: Any) -> None:
+        """Build a Lance index on ``column``: ``kind`` is a Lance index type (vector ``IVF_PQ``,
+        ``IVF_HNSW_SQ``, ``IVF_FLAT``; scalar ``BTREE``, ``BITMAP``, ``LABEL_LIST``; full text
+        ``INVERTED``), ``params`` go to Lance (``num_partitions=``, ``metric=``, ...) and are checked
+        before any effect. ``name`` defaults to ``<column>_idx``; ``replace`` rebuilds an existing one."""
         self._require_open()
-        ds = self._writable(name)
-        ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment)
-        self._ops.append(f"compact {name}")
-        self._written(name, self._latest_version(name))
+        ds = self.repo.table_store.open_version(self._table(table))
+        spec = indices.checked_spec(ds, table, column, kind, name=name, replace=replace, params=params)
+        self.write_table(table, f"create index {spec.name} on {table}", lambda head: indices.build(head, spec))
+        tv = self._tables[table]
+        self._tables[table] = dataclasses.replace(tv, index_params=indices.record(tv.index_params, spec))
+
+    def drop_index(self, table: str, name: str) -> None:
+        """Drop the index ``name`` of ``table``."""
+        self._require_open()
+        indices.drop(self.repo.table_store.open_version(self._table(table)), table, name)  # checks the name
+        self.write_table(table, f"drop index {name} of {table}", lambda ds: ds.drop_index(name))
+        tv = self._tables[table]
+        self._tables[table] = replace(tv, index_params=indices.record(tv.index_params, None, drop_name=name))
+
+    def optimize_indices(self, table: str) -> None:
+        """Add the rows written since the indices of ``table`` were built to them (no retraining)."""
+        self._require_open()
+        ds = self.repo.table_store.open_version(self._table(table))
+        if indices.stale(ds, 0.0):
+            self.write_table(table, f"optimize indices of {table}", indices.optimize)
+
+    def _refresh_indices(self) -> None:
+        """Before publishing: indices of written tables that leave more than the repository's
+        threshold of rows unindexed take them in (incrementally), and definitions of indices Lance
+        dropped with their column are forgotten."""
+        threshold = None
+        for name in [n for n in self._heads if n in self._tables]:
+            tv = self._tables[name]
+            ds = self._heads[name] if self._heads[name] is not None else self.repo.table_store.open_version(tv)
+            if tv.index_params:
+                kept = indices.record(tv.index_params, None, keep={i["name"] for i in ds.list_indices()})
+                self._tables[name] = tv = replace(tv, index_params=kept)
+            if threshold is None:
+                threshold = self.repo.settings.get("index.refresh_threshold")
+            if threshold < 1 and indices.stale(ds, threshold):
+                self.write_table(name, f"optimize indices of {name}", indices.optimize)
+
+    def write_table(self, name: str, op: str, change: Callable[["lance.LanceDataset"], Any], *,
+                    row_level: bool = True) -> None:
+        """Apply ``change`` to this branch's writable head of ``name`` (forked on the first write)
+        and record the version it leaves; ``row_level`` as in :meth:`_written`."""
+        self._require_open()
+        change(self._writable(name))
+        self._ops.append(op)
+        self._written(name, self._latest_version(name), row_level=row_level)
 
     def set_table(self, name: str, tv: TableVersion) -> None:
         """Point ``name`` at an existing table version without writing (used by merges)."""
@@ -529,6 +559,7 @@ class Transaction:
             if not self._ops:
                 self.abort()
                 return None
+            self._refresh_indices()
             commit = repo.commits.build(
                 parents=[self._base.id, *self._extra_parents], actor=self.actor,
                 message=self.message or "; ".join(self._ops), metadata=self.metadata,

@@ -40,6 +40,7 @@ class TablePlan:
     dest_row_keys: list[pa.Table] = field(default_factory=list)
     ids_complete: bool = True
     executed: Any = None  # rows kept by Spark executors, written by them (merge.spark.SparkFold)
+    indices: dict[str, tuple] | None = None  # the merged index definitions (None: dest's stay as they are)
 
     @property
     def writes(self) -> bool:

@@ -25,6 +25,7 @@ from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan
+from trimerge.merge.indices import definitions, merge_definitions
 from trimerge.merge.resolve import BASE, OURS, THEIRS, Resolver
 from trimerge.merge.result import Conflict
 from trimerge.merge.rows import fold
@@ -119,6 +120,29 @@ class ThreeWay:
 
     # -- table level
     def table(self, name: str) -> TablePlan:
+        plan = self.table_plan(name)
+        b, o, t = self.base.get(name), self.ours.get(name), self.theirs.get(name)
+        if o is not None and t is not None and len({_location(b), _location(o), _location(t)}) == 3 \
+                and not plan.drop and plan.stats.action != "conflict":
+            self.merge_indices(plan, b, o, t)
+        return plan
+
+    def merge_indices(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> None:
+        """Both sides changed the table: merge their index definitions (see :mod:`trimerge.merge.indices`)."""
+        defs = [definitions(self.repo.open_table_version, tv) for tv in (b, o, t)]
+        if not (defs[0] or defs[1] or defs[2]):
+            return
+        wanted, changes = merge_definitions(plan.name, *defs, lambda c: self.decide_column(plan, c))
+        if wanted is None:
+            plan.stats.action = "conflict"
+            return
+        plan.indices = wanted
+        plan.stats.schema_changes = [*plan.stats.schema_changes, *changes]
+
+    def same_indices(self, a: TableVersion | None, b: TableVersion | None) -> bool:
+        return definitions(self.repo.open_table_version, a) == definitions(self.repo.open_table_version, b)
+
+    def table_plan(self, name: str) -> TablePlan:
         b, o, t = self.base.get(name), self.ours.get(name), self.theirs.get(name)
         plan = TablePlan(name)
         if _location(o) == _location(t):
@@ -177,7 +201,7 @@ class ThreeWay:
     def merge_rows(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> TablePlan:
         name = plan.name
         d_o, d_t = self.diff(name, b, o), self.diff(name, b, t)
-        if b is not None and not d_o.changed:
+        if b is not None and not d_o.changed and self.same_indices(b, o):
             plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
             plan.stats.rows_from_source = d_t.counts.rows_changed
             return plan

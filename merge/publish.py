@@ -12,6 +12,7 @@ from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError
 from trimerge.lineage.repository import Repository
 from trimerge.merge.edits import TablePlan, conform_rows
+from trimerge.merge.indices import reconcile
 
 UPSERT_ROWS = 1 << 20  # rows per key-joined write when row ids cannot be used
 
@@ -25,6 +26,8 @@ def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> No
             tx.set_table(name, plan.set_to)
         if plan.writes:
             _apply_writes(repo, tx, name, plan)
+        if plan.indices is not None and not plan.drop and not tx.scratch:  # a virtual base needs no index
+            reconcile(tx, name, plan.indices)
 
 
 def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:

@@ -37,6 +37,8 @@ RULES = {
     "schema.column": "Column added or changed differently on both sides",
     "schema.drop_modify": "Column dropped on one side while the other changed its values",
     "schema.primary_key": "Primary key changed",
+    "index.add_add": "Index of the same name defined differently on both sides",
+    "index.drop_modify": "Index dropped on one side and redefined on the other",
     "row.delete_modify": "Row deleted on one side and changed on the other",
     "row.insert_insert": "Row inserted on both sides with different values",
     "row.update_update": "Same cells changed differently on both sides",

@@ -1,0 +1,79 @@
+"""Three-way merge of one table's index definitions, beside its schema merge.
+
+Indices are matched by name; a definition is (columns, kind, parameters). Added, dropped or
+redefined on one side only → that side's; the same on both → one; added or redefined differently
+on both → ``index.add_add``; dropped on one side and redefined on the other → ``index.drop_modify``.
+The result is the set of definitions the merged table must have; :func:`reconcile` then makes a
+written table match it — building only indices the table lacks (an index dest has keeps its
+trained model; rows the merge wrote are added incrementally by the transaction's refresh).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+from trimerge.lineage.indices import list_indices
+from trimerge.merge.resolve import BASE, OURS, THEIRS
+from trimerge.merge.result import Conflict
+
+Definitions = Mapping[str, tuple]
+Decide = Callable[[Conflict], "str | None"]
+
+
+def definitions(open_version: Callable[[Any], Any], tv: Any) -> dict[str, tuple]:
+    """Name -> definition of the indices of a table version (none for a missing table)."""
+    if tv is None:
+        return {}
+    return {i.name: i.definition for i in list_indices(open_version(tv), tv)}
+
+
+def _shown(d: tuple | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {"columns": list(d[0]), "kind": d[1], "params": json.loads(d[2])}
+
+
+def merge_definitions(table: str, base: Definitions, ours: Definitions, theirs: Definitions,
+                      decide: Decide) -> tuple[dict[str, tuple] | None, list[str]]:
+    """The merged definitions (None: an unresolved conflict) and a description of each change
+    taken from the source."""
+    out: dict[str, tuple] = {}
+    changes: list[str] = []
+    unresolved = False
+    for name in sorted(base.keys() | ours.keys() | theirs.keys()):
+        b, o, t = base.get(name), ours.get(name), theirs.get(name)
+        if o == t or t == b:
+            chosen = o
+        elif o == b:
+            chosen = t
+            changes.append(f"{'drop' if t is None else 'add' if b is None else 'redefine'} index {name}")
+        else:
+            kind = "index.drop_modify" if o is None or t is None else "index.add_add"
+            what = "dropped on one side, redefined on the other" if kind == "index.drop_modify" else \
+                "defined differently on both sides"
+            choice = decide(Conflict(kind, table, columns=tuple(sorted(set((o or t)[0]))), base=_shown(b),
+                                     ours=_shown(o), theirs=_shown(t), message=f"index {name!r} {what}"))
+            if choice is None:
+                unresolved = True
+                continue
+            chosen = {OURS: o, THEIRS: t, BASE: b}[choice]
+            if chosen != o:
+                changes.append(f"index {name} from {choice}")
+        if chosen is not None:
+            out[name] = chosen
+    return (None if unresolved else out), changes
+
+
+def reconcile(tx: Any, table: str, wanted: Mapping[str, tuple]) -> None:
+    """Make ``table`` in transaction ``tx`` carry exactly the ``wanted`` indices: drop the others,
+    build the missing or differently defined ones (only those are trained)."""
+    have = {i.name: i.definition for i in tx.indices(table)}
+    columns = set(tx.schema(table).names)
+    for name in sorted(have):
+        if name not in wanted:
+            tx.drop_index(table, name)
+    for name, (cols, kind, params) in sorted(wanted.items()):
+        if have.get(name) == (cols, kind, params) or not set(cols) <= columns:
+            continue  # present already, or its column did not survive the merge
+        tx.create_index(table, cols[0], kind, name=name, replace=name in have, **json.loads(params))
