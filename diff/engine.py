@@ -138,6 +138,7 @@ class TableDiff:
         self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
+        self._index_changes: list[dict[str, Any]] | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
         if before.tv is None:
@@ -194,6 +195,28 @@ class TableDiff:
             return []
         return schema_changes(self.before_snapshot.schema, self.after_snapshot.schema, self.before_snapshot.tv.primary_key,
                               self.after_snapshot.tv.primary_key)
+
+    @property
+    def index_changes(self) -> list[dict[str, Any]]:
+        """Indices added, dropped or redefined between the two versions (index-only commits change
+        no rows: they show here, not in :attr:`counts`)."""
+        if self.storage_status != "modified":
+            return []
+        if self._index_changes is None:
+            from trimerge.lineage.indices import list_indices
+
+            before, after = ({i.name: i for i in list_indices(s.ds, s.tv)}
+                             for s in (self.before_snapshot, self.after_snapshot))
+            self._index_changes = []
+            for name in sorted(before.keys() | after.keys()):
+                b, a = before.get(name), after.get(name)
+                if b is not None and a is not None and b.definition == a.definition:
+                    continue
+                change = "added" if b is None else "dropped" if a is None else "redefined"
+                shown = a or b
+                self._index_changes.append({"index": name, "change": change, "columns": list(shown.columns),
+                                            "kind": shown.kind, "params": dict(shown.params)})
+        return self._index_changes
 
     @property
     def counts(self) -> DiffCounts:
@@ -322,7 +345,8 @@ class TableDiff:
     def summary(self) -> dict[str, Any]:
         counts = self.counts.to_json() if self.storage_status != "unchanged" else DiffCounts().to_json()
         return {"table": self.name, "status": self.status, **counts,
-                "schema_changes": [s.to_json() for s in self.schema_changes], "plan": self.plan.to_json()}
+                "schema_changes": [s.to_json() for s in self.schema_changes], "index_changes": self.index_changes,
+                "plan": self.plan.to_json()}
 
     def __repr__(self) -> str:
         return f"TableDiff({self.name!r}, storage_status={self.storage_status!r})"

@@ -139,6 +139,11 @@ def _check_tables(repo: "Repository", report: FsckReport, tips: list[str]) -> No
             if missing:
                 report.problems.append(f"table {name} at commit {cid[:10]} ({_where(tv)}): {len(missing)} data "
                                        f"file(s) missing, e.g. tables/{missing[0]}")
+            for index, folder in _safely(report, f"indices of table {name} ({_where(tv)})",
+                                         lambda: store.index_folders(tv)) or []:
+                if next(iter(store.files.keys_below(folder)), None) is None:
+                    report.problems.append(f"table {name} at commit {cid[:10]} ({_where(tv)}): the files of index "
+                                           f"{index!r} are missing (tables/{folder})")
 
 
 def _listing(store: Any, key: str, cache: dict[str, set[str]]) -> set[str]:

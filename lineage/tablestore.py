@@ -174,6 +174,19 @@ class TableStore:
                 keys.append(f"{uri[len(root):]}/data/{f.path}")
         return keys
 
+    def index_folders(self, tv: TableVersion) -> list[tuple[str, str]]:
+        """(index name, key below ``tables/`` of its folder) for each index ``tv``'s manifest names."""
+        ds = self.open_version(tv)
+        root = self.location.join(TABLES_DIR).rstrip("/") + "/"
+        bases = {k: str(b.path) for k, b in ds.base_paths().items()}
+        out = []
+        for info in ds.list_indices():
+            base = info.get("base_id")
+            uri = _as_uri(self.branch_folder(tv) if base is None else bases.get(base, "?"), self.location)
+            if uri.startswith(root):  # an imported dataset's own indices are the source's business
+                out.append((info["name"], f"{uri[len(root):]}/_indices/{info['uuid']}"))
+        return out
+
     def branch_folder(self, tv: TableVersion) -> str:
         """URI of the folder where a Lance branch's own files live."""
         base = self.uri(tv)

@@ -134,8 +134,9 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         st = d.stat()
         if fmt == "table" and not obj.json:
             lines = [f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
-                     f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''})"
-                     for r in st.to_pylist() if r["status"] != "unchanged"]
+                     f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''}"
+                     f"{', indices changed' if r['index_changes'] else ''})"
+                     for r in st.to_pylist() if r["status"] != "unchanged" or r["index_changes"]]
             if output:
                 Path(output).write_text("".join(f"{line}\n" for line in lines))
             elif lines:
@@ -146,7 +147,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         else:
             print_table(st, fmt, output)
         return
-    changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
+    changed = {n: td for n, td in d.tables.items() if td.status != "unchanged" or td.index_changes}
     if fmt == "parquet":
         if not output:
             fail("--format parquet needs -o FILE")
@@ -176,6 +177,8 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
             parts.append(f"=== {n} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
             for sc in td.schema_changes:
                 parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
+            for ic in td.index_changes:
+                parts.append(f"  index: {ic['change']} {ic['index']} ({ic['kind']} on {', '.join(ic['columns'])})")
             shown = td.head(50 if limit is None else limit, cols)
             for r in shown.to_pylist():
                 keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
