@@ -36,6 +36,16 @@ DEFAULT_REFRESH_THRESHOLD = 0.10
 METRICS = ("l2", "cosine", "dot", "hamming")
 
 
+def lance_indices(ds: "lance.LanceDataset") -> list[dict[str, Any]]:
+    """Lance's index list (name, type, fields, uuid, fragment_ids, base_id). pylance 14 deprecates
+    ``list_indices`` for ``describe_indices``, which groups segments differently; one place to change."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ds.list_indices()
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -153,7 +163,7 @@ def checked_spec(ds: "lance.LanceDataset", table: str, column: Any, kind: Any, *
         raise InvalidOperationError(f"{what}: index name must be non-empty printable text, not {name!r}")
     if not isinstance(replace, bool):
         raise InvalidOperationError(f"{what}: replace must be true or false, not {replace!r}")
-    existing = {i["name"]: i for i in ds.list_indices()}
+    existing = {i["name"]: i for i in lance_indices(ds)}
     if name in existing and not replace:
         raise AlreadyExistsError(f"{what}: an index named {name!r} exists already (pass replace=True to rebuild it)")
     for other in existing.values():
@@ -210,7 +220,7 @@ def build(ds: "lance.LanceDataset", spec: IndexSpec) -> None:
 
 def drop(ds: "lance.LanceDataset", table: str, name: Any) -> None:
     """Drop the index ``name`` (checked first: an unknown name is a clear error, nothing written)."""
-    names = [i["name"] for i in ds.list_indices()]
+    names = [i["name"] for i in lance_indices(ds)]
     if name not in names:
         raise NotFoundError(f"table {table!r} has no index {name!r} (indices: {', '.join(names) or 'none'})")
     ds.drop_index(name)
@@ -233,7 +243,7 @@ def list_indices(ds: "lance.LanceDataset", tv: "TableVersion | None" = None) -> 
     """The indices of one table version, with the definitions the commit recorded."""
     recorded = dict(tv.index_params) if tv is not None else {}
     out = []
-    for info in sorted(ds.list_indices(), key=lambda i: i["name"]):
+    for info in sorted(lance_indices(ds), key=lambda i: i["name"]):
         if info["name"].startswith("__"):  # Lance's own system indices (e.g. the fragment reuse index)
             continue
         indexed, unindexed = row_coverage(ds, info["fragment_ids"])
@@ -244,7 +254,7 @@ def list_indices(ds: "lance.LanceDataset", tv: "TableVersion | None" = None) -> 
 
 def stale(ds: "lance.LanceDataset", threshold: float) -> bool:
     """Whether some index of ``ds`` leaves more than ``threshold`` of the live rows unindexed."""
-    indices = [i for i in ds.list_indices() if not i["name"].startswith("__")]
+    indices = [i for i in lance_indices(ds) if not i["name"].startswith("__")]
     if not indices:
         return False
     for info in indices:

@@ -63,6 +63,7 @@ from trimerge.lineage.gc import Collector, GcReport, as_retention
 from trimerge.lineage.indices import IndexInfo, list_indices
 from trimerge.lineage.settings import Settings
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
+from trimerge.lineage.maintenance import MAINTENANCE
 from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
 from trimerge.lineage.refexpr import resolve as resolve_expr
@@ -250,18 +251,19 @@ class Repository:
     def log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
             limit: int | None = None, since: datetime | None = None, until: datetime | None = None, *,
             refs: Sequence[str] | None = None, branch: str | None = None,
-            message: str | None = None) -> list[Commit]:
+            message: str | None = None, maintenance: bool = True) -> list[Commit]:
         """Ancestors of ``ref`` (or of every ref in ``refs``) newest first (generation, then time, then
         id), filtered as :meth:`iter_log` says."""
         return list(self.iter_log(ref, first_parent=first_parent, actor=actor, limit=limit, since=since,
-                                  until=until, refs=refs, branch=branch, message=message))
+                                  until=until, refs=refs, branch=branch, message=message, maintenance=maintenance))
 
     def iter_log(self, ref: str | None = None, first_parent: bool = False, actor: str | None = None,
                  limit: int | None = None, since: datetime | None = None,
                  until: datetime | None = None, *, refs: Sequence[str] | None = None, branch: str | None = None,
-                 message: str | None = None) -> Iterator[Commit]:
+                 message: str | None = None, maintenance: bool = True) -> Iterator[Commit]:
         """The one history filter (``log``, ``commit list``): commits by ``actor``, made on ``branch``,
-        whose message contains ``message``, created in [``since``, ``until``]; at most ``limit``."""
+        whose message contains ``message``, created in [``since``, ``until``]; at most ``limit``;
+        ``maintenance=False`` leaves out maintenance commits (``optimize``, ``compact``)."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidOperationError(f"limit must be a non-negative whole number, not {limit!r}")
         starts = [self.resolve(r).id for r in refs] if refs is not None else [self.resolve(self.default_ref(ref)).id]
@@ -272,7 +274,8 @@ class Repository:
             c = self.commit(cid)
             if (actor is not None and c.actor != actor) or (branch is not None and c.branch != branch) or \
                     (message is not None and message not in c.message) or \
-                    (since is not None and c.created_at < since) or (until is not None and c.created_at > until):
+                    (since is not None and c.created_at < since) or (until is not None and c.created_at > until) or \
+                    (not maintenance and MAINTENANCE in c.metadata):
                 continue
             n += 1
             yield c
@@ -445,9 +448,20 @@ class Repository:
         return self._write("drop_table", f"Drop table {table}", table, branch=branch, actor=actor, message=message)
 
     def compact(self, table: str, *, branch: str | None = None, actor: str | None = None,
-                message: str | None = None) -> Commit:
-        """Compact a table's fragments (same content, fewer files)."""
-        return self._write("compact", f"Compact {table}", table, branch=branch, actor=actor, message=message)
+                message: str | None = None) -> Commit | None:
+        """Compact a table's fragments (same content, fewer files): a maintenance commit."""
+        return self.optimize(table, branch=branch, actor=actor, message=message or f"Compact {table}")
+
+    def optimize(self, table: str | None = None, *, branch: str | None = None, actor: str | None = None,
+                 message: str | None = None) -> Commit | None:
+        """Compact ``table`` (default: every table) and add its unindexed rows to its indices, as one
+        maintenance commit (None: nothing to do). Rows do not change: diffs show none."""
+        names = [table] if table is not None else self.tables(self.default_ref(branch))
+        with self.transaction(branch, actor=actor, message=message or f"Optimize {', '.join(names) or 'nothing'}",
+                              metadata={MAINTENANCE: "optimize"}) as tx:
+            for name in names:
+                tx.optimize(name)
+        return tx.commit
 
     def add_columns(self, table: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *,
                     branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:

@@ -2,7 +2,8 @@
 
 Each setting has a default, a check and a one-line description; an unknown name or a bad value is
 a clear error and changes nothing. Settings are repository state (not versioned with commits): they
-say how trimerge maintains the tables, not what the tables hold.
+say how trimerge maintains the tables, not what the tables hold. An open repository reads them
+once; a change made by another process is seen when the repository is opened again.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trimerge.lineage.documents import NONCE, Documents
+from trimerge.lineage.documents import Documents
 from trimerge.lineage.errors import InvalidOperationError
 
 SETTINGS_DOC = "settings.json"
@@ -59,13 +60,17 @@ class Settings:
 
     def __init__(self, docs: Documents):
         self.docs = docs
+        self._cache: tuple[dict[str, Any], Any] | None = None  # read once per open repository
 
-    def _stored(self) -> tuple[dict[str, Any], Any]:
-        found = self.docs.read(SETTINGS_DOC)
-        if found is None:
-            return {}, None
-        doc = found.doc if isinstance(found.doc, dict) else {}
-        return {k: v for k, v in doc.items() if k in SETTINGS}, found.version
+    def _stored(self, fresh: bool = False) -> tuple[dict[str, Any], Any]:
+        if self._cache is None or fresh:
+            found = self.docs.read(SETTINGS_DOC)
+            if found is None:
+                self._cache = ({}, None)
+            else:
+                doc = found.doc if isinstance(found.doc, dict) else {}
+                self._cache = ({k: v for k, v in doc.items() if k in SETTINGS}, found.version)
+        return dict(self._cache[0]), self._cache[1]
 
     @staticmethod
     def _setting(name: Any) -> Setting:
@@ -88,10 +93,10 @@ class Settings:
         setting = self._setting(name)
         if value is not None and not setting.check(value):
             raise InvalidOperationError(f"setting {name} must be {setting.expected}, not {value!r}")
-        stored, version = self._stored()
-        stored.pop(NONCE, None)
+        stored, version = self._stored(fresh=True)
         if value is None:
             stored.pop(name, None)
         else:
             stored[name] = value
+        self._cache = None
         self.docs.write(SETTINGS_DOC, stored, version)

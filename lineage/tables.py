@@ -79,10 +79,6 @@ def check_field_names(fields: "pa.Schema | Sequence[pa.Field]") -> None:
             check_field_names([f.type.field(i) for i in range(f.type.num_fields)])
 
 
-def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:
-    return tuple(f.name for f in schema if f.metadata and f.metadata.get(PK_METADATA) == b"true")
-
-
 def parse_primary_key(primary_key: Any, what: str) -> tuple[str, ...]:
     """A primary key given as a column name or a non-empty list of names, as a tuple."""
     if isinstance(primary_key, str):
@@ -98,18 +94,21 @@ def parse_primary_key(primary_key: Any, what: str) -> tuple[str, ...]:
 
 
 def schema_with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
-    """Declare the key in the schema (Lance's unenforced primary key; key fields are non-null)."""
+    """The schema a table is stored with: key fields non-null. The key lives in the commit
+    (``TableVersion.primary_key``), not in Lance's schema: Lance's ``unenforced-primary-key`` mark
+    makes every ``merge_insert`` store a 32 KB key filter in its transaction and manifest (66 KB per
+    one-row upsert), a guard against concurrent writers that the branch lease already gives."""
     missing = [k for k in primary_key if k not in schema.names]
     if missing:
         raise PrimaryKeyError(f"primary key column(s) {missing} not in the data (columns: {schema.names})")
     fields = []
     for f in schema:
+        if f.metadata and PK_METADATA in f.metadata:
+            f = f.with_metadata({k: v for k, v in f.metadata.items() if k != PK_METADATA} or None)
         if f.name in primary_key:
             if pa.types.is_floating(f.type) or pa.types.is_nested(f.type):
                 raise PrimaryKeyError(f"primary key column {f.name!r} has type {f.type}, which cannot be a key")
-            meta = dict(f.metadata or {})
-            meta[PK_METADATA] = b"true"
-            f = f.with_nullable(False).with_metadata(meta)
+            f = f.with_nullable(False)
         fields.append(f)
     return pa.schema(fields)
 
@@ -172,7 +171,9 @@ def fragment_signature(ds: lance.LanceDataset) -> tuple:
     column reads other files), each fragment's files and deletions, and the indices."""
     frags = tuple(sorted((f.fragment_id, repr(f.metadata.to_json().get("files")),
                           repr(f.metadata.to_json().get("deletion_file"))) for f in ds.get_fragments()))
-    return (str(ds.lance_schema), frags, tuple(sorted(i["uuid"] for i in ds.list_indices())))
+    from trimerge.lineage.indices import lance_indices
+
+    return (str(ds.lance_schema), frags, tuple(sorted(i["uuid"] for i in lance_indices(ds))))
 
 
 def checked_new_columns(schema: pa.Schema, fields: Any, table: str) -> list[pa.Field]:
@@ -325,3 +326,11 @@ def replace_columns(current: pa.Table, new: pa.Table, key: Sequence[str], column
     for c in columns:
         out = out.append_column(new.schema.field(c), new.column(c).take(at_new))
     return out
+
+
+def checked_batches(rows: pa.RecordBatchReader, schema: pa.Schema, pk: list[str], what: str):
+    """Each batch of ``rows`` conformed to ``schema`` and checked for a usable primary key."""
+    for batch in rows:
+        table = conform(pa.Table.from_batches([batch]), schema, what)
+        check_primary_key(table, pk, what)
+        yield from table.to_batches()

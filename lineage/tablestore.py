@@ -180,7 +180,9 @@ class TableStore:
         root = self.location.join(TABLES_DIR).rstrip("/") + "/"
         bases = {k: str(b.path) for k, b in ds.base_paths().items()}
         out = []
-        for info in ds.list_indices():
+        from trimerge.lineage.indices import lance_indices
+
+        for info in lance_indices(ds):
             base = info.get("base_id")
             uri = _as_uri(self.branch_folder(tv) if base is None else bases.get(base, "?"), self.location)
             if uri.startswith(root):  # an imported dataset's own indices are the source's business

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import pyarrow as pa
 from ulid import ULID
 
-from trimerge.lineage import indices
+from trimerge.lineage import indices, maintenance
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
@@ -212,13 +212,16 @@ class Transaction:
         return self.repo.table_store.latest_version(self._tables[name])
 
     # -- operations
-    def create_table(self, name: str, data: Any, primary_key: str | Sequence[str]) -> None:
-        """Create a table (a new Lance dataset with stable row ids and the key declared in its schema)."""
+    def _new_table(self, name: str, primary_key: Any, what: str) -> tuple[str, ...]:
         self._require_open()
         validate_table_name(name)
         if name in self._tables:
             raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
-        pk = tbl.parse_primary_key(primary_key, f"create table {name}")
+        return tbl.parse_primary_key(primary_key, f"{what} {name}")
+
+    def create_table(self, name: str, data: Any, primary_key: str | Sequence[str]) -> None:
+        """Create a table (a new Lance dataset with stable row ids and the key declared in its schema)."""
+        pk = self._new_table(name, primary_key, "create table")
         table = tbl.to_arrow(data)
         schema = tbl.schema_with_primary_key(table.schema, pk)
         tbl.check_primary_key(table, pk, f"create table {name}")
@@ -236,11 +239,7 @@ class Transaction:
         them (see :mod:`trimerge.lineage.importing`); the source is checked before any effect."""
         from trimerge.lineage import importing
 
-        self._require_open()
-        validate_table_name(name)
-        if name in self._tables:
-            raise AlreadyExistsError(f"table {name!r} exists already on branch {self.branch_name!r}")
-        pk = tbl.parse_primary_key(primary_key, f"import {name}")
+        pk = self._new_table(name, primary_key, "import")
         source_ds = importing.open_source(source, pk, version=version, storage_options=storage_options)
         dataset = f"{name}-{str(ULID()).lower()}"
         self._touch((dataset, "main"), created_dataset=True)
@@ -381,7 +380,7 @@ class Transaction:
         what = f"replace rows in {name}"
         if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
             new_fragments = write_fragments(pa.RecordBatchReader.from_batches(
-                ds.schema, checked_batches(rows, ds.schema, pk, what)), ds)
+                ds.schema, tbl.checked_batches(rows, ds.schema, pk, what)), ds)
         else:
             table = tbl.to_arrow(rows)
             new_fragments = []
@@ -469,10 +468,15 @@ class Transaction:
                          lambda ds: ds.alter_columns({"path": column, "data_type": data_type}), row_level=False)
         self._schema_changed()
 
-    def compact(self, name: str, target_rows_per_fragment: int = 1024 * 1024) -> None:
-        """Rewrite small fragments into larger ones (content unchanged; a commit all the same)."""
+    def compact(self, name: str, target_rows_per_fragment: int = maintenance.OPTIMIZE_TARGET_ROWS) -> None:
+        """Rewrite small fragments into larger ones (content unchanged)."""
         self.write_table(name, f"compact {name}",
                          lambda ds: ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment))
+
+    def optimize(self, name: str) -> None:
+        """Compact ``name`` and add its unindexed rows to its indices (no change when there is nothing to do)."""
+        self.compact(name)
+        self.optimize_indices(name)
 
     def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
                      **params: Any) -> None:
@@ -502,20 +506,22 @@ class Transaction:
         if indices.stale(ds, 0.0):
             self.write_table(table, f"optimize indices of {table}", indices.optimize)
 
-    def _refresh_indices(self) -> None:
-        """Before publishing: indices of written tables that leave more than the repository's
-        threshold of rows unindexed take them in (incrementally), and definitions of indices Lance
-        dropped with their column are forgotten."""
-        threshold = None
+    def _upkeep(self) -> None:
+        """Before publishing, each written table gets the repository's upkeep (see
+        :mod:`trimerge.lineage.maintenance`): small fragments compacted, indices refreshed, and
+        definitions of indices Lance dropped with their column forgotten."""
+        policy = None
         for name in [n for n in self._heads if n in self._tables]:
             tv = self._tables[name]
             ds = self._heads[name] if self._heads[name] is not None else self.repo.table_store.open_version(tv)
             if tv.index_params:
-                kept = indices.record(tv.index_params, None, keep={i["name"] for i in ds.list_indices()})
-                self._tables[name] = tv = replace(tv, index_params=kept)
-            if threshold is None:
-                threshold = self.repo.settings.get("index.refresh_threshold")
-            if threshold < 1 and indices.stale(ds, threshold):
+                kept = indices.record(tv.index_params, None, keep={i["name"] for i in indices.lance_indices(ds)})
+                self._tables[name] = dataclasses.replace(tv, index_params=kept)
+            policy = policy or maintenance.Policy.from_settings(self.repo.settings.get)
+            if maintenance.needs_compaction(ds, policy):
+                self.write_table(name, f"compact {name}", lambda head: maintenance.compact(head, policy.small_fragment_rows))
+                ds = self.repo.table_store.open_version(self._tables[name])
+            if policy.refresh_threshold < 1 and indices.stale(ds, policy.refresh_threshold):
                 self.write_table(name, f"optimize indices of {name}", indices.optimize)
 
     def write_table(self, name: str, op: str, change: Callable[["lance.LanceDataset"], Any], *,
@@ -523,9 +529,13 @@ class Transaction:
         """Apply ``change`` to this branch's writable head of ``name`` (forked on the first write)
         and record the version it leaves; ``row_level`` as in :meth:`_written`."""
         self._require_open()
-        change(self._writable(name))
-        self._ops.append(op)
-        self._written(name, self._latest_version(name), row_level=row_level)
+        ds = self._writable(name)
+        before = ds.version
+        change(ds)
+        version = self._latest_version(name)
+        if version != before:  # e.g. a compaction that found nothing to do writes no version
+            self._ops.append(op)
+            self._written(name, version, row_level=row_level)
 
     def set_table(self, name: str, tv: TableVersion) -> None:
         """Point ``name`` at an existing table version without writing (used by merges)."""
@@ -559,7 +569,8 @@ class Transaction:
             if not self._ops:
                 self.abort()
                 return None
-            self._refresh_indices()
+            if not self.scratch:
+                self._upkeep()
             commit = repo.commits.build(
                 parents=[self._base.id, *self._extra_parents], actor=self.actor,
                 message=self.message or "; ".join(self._ops), metadata=self.metadata,
@@ -604,11 +615,3 @@ class Transaction:
         for lock in (self._lock, self._schema_lock):
             if lock is not None:
                 lock.release(untouched=untouched)
-
-
-def checked_batches(rows: pa.RecordBatchReader, schema: pa.Schema, pk: list[str], what: str):
-    """Each batch of ``rows`` conformed to ``schema`` and checked for a usable primary key."""
-    for batch in rows:
-        table = tbl.conform(pa.Table.from_batches([batch]), schema, what)
-        tbl.check_primary_key(table, pk, what)
-        yield from table.to_batches()

@@ -170,8 +170,9 @@ def commit_show(obj: Context, ref: str) -> None:
 @click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag.")
 @click.option("--actor", default=None)
 @click.option("--limit", "-n", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
+@click.option("--no-maintenance", "no_maintenance", is_flag=True, help="Hide maintenance commits (optimize, compact).")
 @common
-def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
+def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maintenance) -> None:
     """Show history, newest first."""
     repo = obj.repo()
     if graph:
@@ -180,7 +181,7 @@ def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit) -> None:
         lines = graph_text(repo, starts, first_parent=first_parent, limit=limit)
         emit(obj, {"graph": lines}, "\n".join(lines))
         return
-    commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit)
+    commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit, maintenance=not no_maintenance)
     emit(obj, [c.summary() for c in commits], lambda: [click.echo(commit_line(repo, c)) for c in commits])
 
 

@@ -1,4 +1,4 @@
-"""Commands on indices and repository settings: index create/list/drop/optimize, config."""
+"""Commands on indices, upkeep and repository settings: index create/list/drop/optimize, optimize, config."""
 
 from __future__ import annotations
 
@@ -112,3 +112,14 @@ def config(obj: Context, name: str | None, value: str | None, unset: bool) -> No
         repo.settings.set(name, None if unset else parse_value(name, value))
     current = repo.settings.get(name)
     emit(obj, {name: current}, f"{name} = {json.dumps(current)}")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE", required=False)
+@write_options
+@common
+def optimize(obj: Context, table_name: str | None, branch, message, actor) -> None:
+    """Compact TABLE (default: every table) and add unindexed rows to its indices: one maintenance
+    commit, no row changes (``log --no-maintenance`` hides it)."""
+    repo = obj.repo()
+    published(obj, repo, repo.optimize(table_name, branch=branch, actor=actor, message=message), "optimize")

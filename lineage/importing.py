@@ -1,0 +1,279 @@
+"""Zero-copy import: an existing Lance dataset becomes a table without copying its data files.
+
+:func:`open_source` opens and checks the source (readable, the version exists, the key is a valid,
+non-null, unique key) and writes nothing; :func:`clone` then makes ``tables/<dataset>`` a Lance
+*shallow clone* of that version: a manifest that refers to the source's data, deletion and index
+files through a base path (a few KB written, whatever the size of the source), and declares the
+primary key in the clone's schema as :func:`~trimerge.lineage.tables.schema_with_primary_key` does.
+
+Every later write to the table goes to the clone's own folder; the source is never written to.
+Lance's cleanup of the clone and trimerge's gc only delete files below ``tables/`` (a test checks
+it), so the source's files are never removed by the repository. The reverse is not protected:
+the table reads the source's files, so whoever owns the source must keep them (no
+``cleanup_old_versions`` removing that version, no deleting the folder); :func:`missing_sources`
+lets fsck report a source that disappeared. A source inside the repository is refused: gc and
+Lance version cleanup there do not know the clone refers to those files.
+
+The repository reads an imported table's files with its own storage options (Lance opens base
+paths with the dataset's options), so the source must be readable with them; :func:`clone`
+checks it before returning.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from trimerge.lineage import tables as tbl
+from trimerge.lineage.errors import (
+    InvalidOperationError,
+    NotFoundError,
+    PrimaryKeyError,
+    TrimergeError,
+    lance_message,
+)
+from trimerge.lineage.faults import crashpoint
+from trimerge.lineage.location import OBJECT_STORE_SCHEMES, Location
+
+if TYPE_CHECKING:
+    import lance
+
+    from trimerge.lineage.commit import TableVersion
+    from trimerge.lineage.tablestore import TableStore
+
+#: Key rows checked per batch; at most this many distinct keys are held per polars chunk.
+KEY_BATCH_ROWS = 1 << 20
+#: Duplicate keys shown in the error.
+EXAMPLES = 3
+
+
+class SourceNotFoundError(NotFoundError):
+    """The import source does not exist, is not a Lance dataset, or has no such version."""
+
+
+def source_uri(source: Any) -> str:
+    """The source as Lance should record it: an absolute local path, or ``scheme://bucket/path``."""
+    text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidOperationError(f"import source must be a path or URI, not {source!r}")
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        scheme = text.split("://", 1)[0].lower()
+        if scheme not in OBJECT_STORE_SCHEMES:
+            raise InvalidOperationError(f"import source {text!r}: unknown scheme {scheme!r} (use a local path, "
+                                        f"file://, {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)})")
+        return text.rstrip("/")
+    # Lance records base paths as given: a relative path would break once the process moves.
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def open_source(source: str, primary_key: tuple[str, ...], *, version: int | None,
+                storage_options: Mapping[str, str] | None) -> "lance.LanceDataset":
+    """The source dataset at ``version`` (None: latest), checked to be importable with
+    ``primary_key``. Reads the manifest and the key columns only; writes nothing."""
+    import lance
+
+    uri = source_uri(source)
+    if "://" not in uri and not os.path.exists(uri):
+        raise SourceNotFoundError(f"import source {source}: no such file or directory")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise InvalidOperationError(f"import source version must be a positive integer, not {version!r}")
+    options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
+    try:
+        ds = lance.dataset(uri, storage_options=options)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise SourceNotFoundError(f"import source {source}: not a Lance dataset ({lance_message(exc)})") from None
+    if version is not None and version != ds.version:
+        try:
+            ds = ds.checkout_version(version)
+        except (OSError, ValueError, RuntimeError):
+            raise SourceNotFoundError(f"import source {source}: no version {version} "
+                                      f"(latest is {ds.version})") from None
+    check_source_schema(ds.schema, primary_key, source)
+    check_keys(ds, primary_key, source)
+    return ds
+
+
+def check_source_schema(schema: Any, primary_key: Sequence[str], source: str) -> None:
+    """Column names trimerge accepts; key columns present and of a type that can be a key."""
+    tbl.check_field_names(schema)
+    missing = [k for k in primary_key if k not in schema.names]
+    if missing:
+        raise PrimaryKeyError(f"import {source}: primary key column(s) {missing} not in the dataset "
+                              f"(columns: {schema.names})")
+    tbl.schema_with_primary_key(schema, primary_key)  # refuses float and nested key columns
+
+
+def check_keys(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str) -> None:
+    """No null and no duplicate key, from a scan of the key columns only. Memory follows the
+    number of distinct keys (the key columns once), not the dataset's size."""
+    import polars as pl
+
+    pk = list(primary_key)
+    chunks, total = [], 0
+    for batch in ds.to_batches(columns=pk, batch_size=KEY_BATCH_ROWS):
+        for k in pk:
+            nulls = batch.column(k).null_count
+            if nulls:
+                raise PrimaryKeyError(f"import {source}: primary key column {k!r} has null values "
+                                      f"({nulls} in the first {total + batch.num_rows} rows)")
+        total += batch.num_rows
+        if batch.num_rows:
+            chunks.append(pl.from_arrow(batch))
+    if total < 2:
+        return
+    keys = pl.concat(chunks, rechunk=False)
+    chunks.clear()
+    counts = keys.group_by(pk).len(name="\x01n").filter(pl.col("\x01n") > 1)
+    if counts.height:
+        sample = counts.sort(pk).head(EXAMPLES).drop("\x01n").to_dicts()
+        raise PrimaryKeyError(f"import {source}: {counts.height} duplicate primary key value(s), e.g. {sample}")
+
+
+def clone(source_ds: "lance.LanceDataset", primary_key: Sequence[str], table_store: "TableStore",
+          dataset: str) -> "lance.LanceDataset":
+    """Make ``tables/<dataset>`` a shallow clone of ``source_ds``'s version with the key declared;
+    returns the clone's latest version (as the table store opens it)."""
+    refuse_inside_repository(source_ds.uri, table_store)
+    target = table_store.uri(dataset)
+    try:
+        source_ds.shallow_clone(target, source_ds.version, storage_options=table_store.options)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise InvalidOperationError(f"import {source_ds.uri}: Lance cannot clone it ({lance_message(exc)})") from None
+    crashpoint("import_cloned")
+    ds = table_store.open(dataset, "main", None)
+    declare_primary_key(ds, primary_key)
+    ds = table_store.open(dataset, "main", None)
+    check_readable(ds, primary_key, source_ds.uri)
+    return ds
+
+
+def declare_primary_key(ds: "lance.LanceDataset", primary_key: Sequence[str]) -> None:
+    """Key fields non-null and marked as Lance's unenforced primary key; a key mark on any other
+    field removed. In place: two metadata-only commits (nullability, then field metadata: Lance
+    refuses the key mark on a nullable field). The keys were checked non-null before."""
+    schema = ds.schema
+    nullable = [{"path": k, "nullable": False} for k in primary_key if schema.field(k).nullable]
+    if nullable:
+        ds.alter_columns(*nullable)
+    mark = tbl.PK_METADATA.decode()
+    marks: dict[str, dict[str, str | None]] = {k: {mark: "true"} for k in primary_key}
+    marks.update({f.name: {mark: None} for f in schema
+                  if f.name not in primary_key and f.metadata and tbl.PK_METADATA in f.metadata})
+    if tbl.primary_key_of(schema) != tuple(f.name for f in schema if f.name in primary_key):
+        ds.update_field_metadata(marks)
+
+
+def check_readable(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str) -> None:
+    """The repository reads the source's files with its own storage options: read a row to make
+    sure it can (the transaction rolls the clone back otherwise)."""
+    try:
+        ds.to_table(columns=list(primary_key), limit=1)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise InvalidOperationError(
+            f"import {source}: the repository cannot read the source with its own storage options "
+            f"({lance_message(exc)}); an imported table's files are read with the repository's options") from None
+
+
+# ---------------------------------------------------------------------------------------------- where files live
+def _normal(uri: str) -> str:
+    """A location for prefix comparison: real local paths (symlinks resolved), URIs as they are."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri.rstrip("/")
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    return os.path.realpath(path)
+
+
+def _inside(child: str, parent: str) -> bool:
+    child, parent = _normal(child), _normal(parent)
+    return child == parent or child.startswith(parent.rstrip("/") + "/")
+
+
+def refuse_inside_repository(source: str, table_store: "TableStore") -> None:
+    """A source inside the repository is refused: gc removes datasets no commit uses and Lance
+    version cleanup deletes files only old versions use, neither knowing a clone refers to them."""
+    root = table_store.location.uri
+    if _inside(_as_uri(source, table_store.location), root):
+        raise InvalidOperationError(
+            f"import {source}: the source lies inside the repository ({root}); its files could be "
+            "reclaimed under the imported table. Use a branch, or import from outside the repository")
+
+
+def _as_uri(path: str, location: Location) -> str:
+    """Lance may report an object-store base path without its scheme."""
+    path = str(path)
+    if "://" in path or location.is_local:
+        return path
+    return location.uri.split("://", 1)[0] + "://" + path.lstrip("/")
+
+
+def foreign_bases(ds: "lance.LanceDataset", table_store: "TableStore") -> dict[int, str]:
+    """Base paths of ``ds`` outside the repository's ``tables/`` (an import's source): id -> URI."""
+    root = table_store.location.join("tables")
+    out = {}
+    for base_id, base in ds.base_paths().items():
+        uri = _as_uri(str(base.path), table_store.location)
+        if not _inside(uri, root):
+            out[int(base_id)] = uri
+    return out
+
+
+def referenced_files(ds: "lance.LanceDataset", bases: Mapping[int, str]) -> dict[str, list[str]]:
+    """For each base of ``bases``, the keys (relative to the base) of the data, deletion and index
+    files ``ds``'s manifest reads from it (an index folder stands for its files)."""
+    out: dict[str, list[str]] = {uri: [] for uri in bases.values()}
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        for f in meta.files:
+            if f.base_id in bases:
+                out[bases[f.base_id]].append(f"data/{f.path}")
+        dfile = meta.deletion_file
+        if dfile is not None and dfile.base_id in bases:
+            out[bases[dfile.base_id]].append(frag.deletion_file())
+    for info in ds.list_indices():
+        if info.get("base_id") in bases:
+            out[bases[info["base_id"]]].append(f"_indices/{info['uuid']}/")
+    return out
+
+
+def missing_sources(table_store: "TableStore", datasets: Iterable["str | TableVersion"]) -> list[str]:
+    """Problems (fsck lines) of imported tables whose source files are gone. ``datasets``: dataset
+    names (their latest main version is checked) or table versions. Lists each source folder once."""
+    listings: dict[str, set[str] | None] = {}
+    problems = []
+    for item in datasets:
+        name = item if isinstance(item, str) else item.dataset
+        branch, version = ("main", None) if isinstance(item, str) else (item.lance_branch, item.version)
+        where = f"{name} ({branch}" + (f" v{version})" if version is not None else ")")
+        try:
+            ds = table_store.open(name, branch, version)
+            files = referenced_files(ds, foreign_bases(ds, table_store))
+        except (TrimergeError, OSError, ValueError, RuntimeError) as exc:
+            problems.append(f"table data {where}: cannot be opened ({lance_message(exc)})")
+            continue
+        for base, keys in sorted(files.items()):
+            if base not in listings:
+                listings[base] = _list_source(base, table_store.location)
+            present = listings[base]
+            if present is None or not present:
+                problems.append(f"table data {where}: its import source {base} is gone")
+                continue
+            gone = [k for k in keys if not (k in present or (k.endswith("/") and any(p.startswith(k) for p in present)))]
+            if gone:
+                problems.append(f"table data {where}: {len(gone)} file(s) of its import source {base} missing, "
+                                f"e.g. {gone[0]}")
+    return problems
+
+
+def _list_source(base: str, location: Location) -> set[str] | None:
+    """Every key below a source folder (data, deletions, indices); None if it cannot be listed."""
+    try:
+        same_store = "://" in base and base.split("://", 1)[0] == location.scheme
+        backend = Location.parse(base, location.storage_options if same_store else None).backend("")
+        keys = set()
+        for folder in ("data", "_deletions", "_indices"):
+            keys.update(k.lstrip("/") for k in backend.keys_below(folder))
+        return keys
+    except (TrimergeError, OSError, ValueError, RuntimeError):
+        return None
