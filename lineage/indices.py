@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import pyarrow as pa
 
@@ -31,6 +31,8 @@ TEXT_KINDS = ("INVERTED",)
 KINDS = VECTOR_KINDS + SCALAR_KINDS + TEXT_KINDS
 #: Lance's own type names (``list_indices()["type"]``) for the kinds above.
 _FROM_LANCE = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST", "Inverted": "INVERTED"}
+#: The index trimerge keeps on a table's first key column (see trimerge.lineage.keyed).
+KEY_INDEX = "trimerge_key_idx"
 #: Default share of a table's rows that may sit outside an index before a write refreshes it.
 DEFAULT_REFRESH_THRESHOLD = 0.10
 METRICS = ("l2", "cosine", "dot", "hamming")
@@ -218,12 +220,35 @@ def build(ds: "lance.LanceDataset", spec: IndexSpec) -> None:
                                     f"{lance_message(exc)}") from None
 
 
-def drop(ds: "lance.LanceDataset", table: str, name: Any) -> None:
+class TableWriter(Protocol):
+    """What index and upkeep operations need of a transaction."""
+
+    def dataset(self, table: str) -> "lance.LanceDataset": ...
+
+    def table_version(self, table: str) -> "TableVersion": ...
+
+    def set_index_params(self, table: str, params: tuple[tuple[str, str], ...]) -> None: ...
+
+    def write_table(self, table: str, op: str, change: Callable[["lance.LanceDataset"], Any], *,
+                    row_level: bool = True) -> None: ...
+
+
+def create(tx: TableWriter, table: str, spec: IndexSpec) -> None:
+    """Build ``spec`` on ``table`` in transaction ``tx`` and record its definition."""
+    tx.write_table(table, f"create index {spec.name} on {table}", lambda head: build(head, spec))
+    tx.set_index_params(table, record(tx.table_version(table).index_params, spec))
+
+
+def drop(tx: TableWriter, table: str, name: Any) -> None:
     """Drop the index ``name`` (checked first: an unknown name is a clear error, nothing written)."""
-    names = [i["name"] for i in lance_indices(ds)]
+    names = [i["name"] for i in lance_indices(tx.dataset(table))]
+    if name == KEY_INDEX:
+        raise InvalidOperationError(f"index {name!r} of {table!r} is kept by trimerge for keyed writes; "
+                                    "it cannot be dropped (set index.key_min_rows to 0 to stop new ones)")
     if name not in names:
         raise NotFoundError(f"table {table!r} has no index {name!r} (indices: {', '.join(names) or 'none'})")
-    ds.drop_index(name)
+    tx.write_table(table, f"drop index {name} of {table}", lambda head: head.drop_index(name))
+    tx.set_index_params(table, record(tx.table_version(table).index_params, None, drop_name=name))
 
 
 def row_coverage(ds: "lance.LanceDataset", fragment_ids: Any) -> tuple[int, int]:
@@ -239,25 +264,32 @@ def row_coverage(ds: "lance.LanceDataset", fragment_ids: Any) -> tuple[int, int]
     return indexed, unindexed
 
 
+def grouped(ds: "lance.LanceDataset") -> dict[str, dict[str, Any]]:
+    """Lance's index entries grouped by name: an index refreshed incrementally is several segments
+    (one entry each, same name), covering the union of their fragments."""
+    out: dict[str, dict[str, Any]] = {}
+    for info in lance_indices(ds):
+        if info["name"].startswith("__"):  # Lance's own system indices (e.g. the fragment reuse index)
+            continue
+        entry = out.setdefault(info["name"], {**info, "fragment_ids": set()})
+        entry["fragment_ids"] |= set(info["fragment_ids"])
+    return out
+
+
 def list_indices(ds: "lance.LanceDataset", tv: "TableVersion | None" = None) -> list[IndexInfo]:
     """The indices of one table version, with the definitions the commit recorded."""
     recorded = dict(tv.index_params) if tv is not None else {}
     out = []
-    for info in sorted(lance_indices(ds), key=lambda i: i["name"]):
-        if info["name"].startswith("__"):  # Lance's own system indices (e.g. the fragment reuse index)
-            continue
+    for name, info in sorted(grouped(ds).items()):
         indexed, unindexed = row_coverage(ds, info["fragment_ids"])
-        params = json.loads(recorded.get(info["name"], "{}"))
-        out.append(IndexInfo(info["name"], tuple(info["fields"]), kind_of(info["type"]), params, indexed, unindexed))
+        params = json.loads(recorded.get(name, "{}"))
+        out.append(IndexInfo(name, tuple(info["fields"]), kind_of(info["type"]), params, indexed, unindexed))
     return out
 
 
 def stale(ds: "lance.LanceDataset", threshold: float) -> bool:
     """Whether some index of ``ds`` leaves more than ``threshold`` of the live rows unindexed."""
-    indices = [i for i in lance_indices(ds) if not i["name"].startswith("__")]
-    if not indices:
-        return False
-    for info in indices:
+    for info in grouped(ds).values():
         indexed, unindexed = row_coverage(ds, info["fragment_ids"])
         if unindexed and unindexed > threshold * (indexed + unindexed):
             return True

@@ -8,6 +8,8 @@ own transaction (no separate maintenance commit, nothing for merges to see):
   fewer than ``compaction.small_fragment_rows`` rows has those fragments compacted into fragments of
   up to that many rows. Large fragments are never rewritten by it, so its cost follows the small
   fragments (the recent writes), not the table;
+* **key index** — a table of ``index.key_min_rows`` rows or more gets a BTREE index on its first
+  key column, so keyed writes look keys up instead of scanning them (:mod:`trimerge.lineage.keyed`);
 * **index freshness** — ``index.refresh_threshold``, see :func:`trimerge.lineage.indices.stale`.
 
 :func:`needs_compaction` reads fragment metadata only; :func:`compact` writes.
@@ -16,10 +18,12 @@ own transaction (no separate maintenance commit, nothing for merges to see):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     import lance
+
+    from trimerge.lineage.indices import TableWriter
 
 #: Commit metadata key marking maintenance commits (``optimize``): ``log --no-maintenance`` hides them.
 MAINTENANCE = "trimerge.maintenance"
@@ -32,11 +36,12 @@ class Policy:
     max_small_fragments: int
     small_fragment_rows: int
     refresh_threshold: float
+    key_index_min_rows: int
 
     @classmethod
     def from_settings(cls, get: Callable[[str], Any]) -> "Policy":
         return cls(get("compaction.max_small_fragments"), get("compaction.small_fragment_rows"),
-                   get("index.refresh_threshold"))
+                   get("index.refresh_threshold"), get("index.key_min_rows"))
 
 
 def small_fragments(ds: "lance.LanceDataset", small_rows: int) -> int:
@@ -48,6 +53,14 @@ def needs_compaction(ds: "lance.LanceDataset", policy: Policy) -> bool:
     return 0 < policy.max_small_fragments < small_fragments(ds, policy.small_fragment_rows)
 
 
+def needs_key_index(ds: "lance.LanceDataset", primary_key: Sequence[str], policy: Policy) -> bool:
+    """Whether a table has grown to the size where keyed writes should go through a key index
+    (see :mod:`trimerge.lineage.keyed`) and has none yet."""
+    from trimerge.lineage.keyed import key_indexed
+
+    return 0 < policy.key_index_min_rows <= ds.count_rows() and not key_indexed(ds, primary_key)
+
+
 def compact(ds: "lance.LanceDataset", small_rows: int) -> None:
     """Merge small fragments into fragments of up to ``small_rows`` rows; deletions in large
     fragments stay in their deletion files (rewriting those would cost the table, not the change)."""
@@ -57,3 +70,24 @@ def compact(ds: "lance.LanceDataset", small_rows: int) -> None:
 def optimize(ds: "lance.LanceDataset") -> None:
     """Full compaction (deletions materialised) for an explicit ``optimize``."""
     ds.optimize.compact_files(target_rows_per_fragment=OPTIMIZE_TARGET_ROWS)
+
+
+def upkeep(tx: "TableWriter", tables: Sequence[str], policy: Policy) -> None:
+    """Before a write publishes: each table it wrote is compacted, key-indexed and has its indices
+    refreshed as ``policy`` says, in the same transaction; definitions of indices Lance dropped by
+    itself (with their column, or by an overwrite) are forgotten."""
+    from trimerge.lineage import indices
+
+    for name in tables:
+        ds = tx.dataset(name)
+        params = tx.table_version(name).index_params
+        if params:
+            tx.set_index_params(name, indices.record(params, None, keep={i["name"] for i in indices.lance_indices(ds)}))
+        if needs_compaction(ds, policy):
+            tx.write_table(name, f"compact {name}", lambda head: compact(head, policy.small_fragment_rows))
+            ds = tx.dataset(name)
+        if needs_key_index(ds, tx.table_version(name).primary_key, policy):
+            indices.create(tx, name, indices.IndexSpec(indices.KEY_INDEX, tx.table_version(name).primary_key[0], "BTREE"))
+            ds = tx.dataset(name)
+        if policy.refresh_threshold < 1 and indices.stale(ds, policy.refresh_threshold):
+            tx.write_table(name, f"optimize indices of {name}", indices.optimize)

@@ -38,6 +38,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("index.refresh_threshold", 0.10, _fraction, "a fraction between 0 and 1",
             "a write that leaves more than this share of a table's rows outside an index adds them to it "
             "in the same commit (1 turns it off)"),
+    Setting("index.key_min_rows", 100_000, _count(0, 1 << 62), "a non-negative integer",
+            "a table with at least this many rows gets an index on its key, so keyed writes look keys up "
+            "instead of scanning them (0 turns it off)"),
     Setting("compaction.max_small_fragments", 64, _count(0, 1_000_000), "an integer between 0 and 1000000",
             "a write that leaves more small fragments than this compacts them in the same commit (0 turns it off)"),
     Setting("compaction.small_fragment_rows", 65536, _count(1, 1 << 40), "a positive integer",

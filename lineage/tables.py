@@ -279,17 +279,19 @@ def key_filter(primary_key: Sequence[str], values: Sequence[Any]) -> str | pc.Ex
     return expr
 
 
-def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table) -> pa.Table:
+def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table, *, with_row_address: bool = False) -> pa.Table:
     """The rows of ``ds`` whose key is in ``keys`` (a table of the key columns), read by a filter
-    on the first key column (cost follows the number of keys, not the table)."""
+    on the first key column (cost follows the number of keys, not the table; a scalar index on
+    that column answers it without a scan). ``with_row_address`` adds ``_rowaddr``."""
     first = keys.column_names[0]
     values = pc.unique(keys.column(first))
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         # Lance cannot push an Arrow filter on a large_* column (Substrait); SQL literals work.
-        found = pa.concat_tables([ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})")
-                                  for part in _slices(values.to_pylist(), 1000)] or [ds.schema.empty_table()])
+        parts = [ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})",
+                             with_row_address=with_row_address) for part in _slices(values.to_pylist(), 1000)]
+        found = pa.concat_tables(parts) if parts else ds.to_table(limit=0, with_row_address=with_row_address)
     else:
-        found = ds.to_table(filter=pc.field(first).isin(values))
+        found = ds.to_table(filter=pc.field(first).isin(values), with_row_address=with_row_address)
     if keys.num_columns == 1:
         return found
     at, _ = matching_positions(found, keys, keys.column_names)

@@ -9,14 +9,13 @@ invisible until :func:`trimerge.lineage.refs.publish` swaps the branch document.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 from ulid import ULID
 
-from trimerge.lineage import indices, maintenance
+from trimerge.lineage import indices, keyed, maintenance
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
@@ -283,6 +282,9 @@ class Transaction:
         """Insert new keys and update existing rows whose values differ."""
         self._require_open()
         ds, table, pk = self._incoming(name, data, "upsert into")
+        edit = keyed.plan_upsert(ds, table, pk) if table.num_rows else None
+        if edit is not None:
+            return self._apply_keyed(name, ds, edit, f"upsert {name}")
         if table.num_rows:
             values = [c for c in table.column_names if c not in pk]
             builder = ds.merge_insert(list(pk))
@@ -357,6 +359,9 @@ class Transaction:
         table = tbl.distinct_keys(tbl.to_arrow(keys), self.repo.table_store.open_version(tv).schema, pk,
                                   f"delete keys from {name}")
         ds = self._writable(name)
+        edit = keyed.plan_delete(ds, table, pk) if table.num_rows else None
+        if edit is not None:
+            return self._apply_keyed(name, ds, edit, f"delete {name}")
         if table.num_rows:
             ds.merge_insert(pk).when_matched_delete().execute(table)
         self._ops.append(f"delete {name}")
@@ -423,6 +428,14 @@ class Transaction:
         self._ops.append(op)
         self._written(name, ds.version, ds)
 
+    def _apply_keyed(self, name: str, ds: "lance.LanceDataset", edit: keyed.KeyedEdit, op: str) -> None:
+        """Write a keyed edit (see :mod:`trimerge.lineage.keyed`) as one Lance ``Update``."""
+        from lance.fragment import write_fragments
+
+        updated, removed = delete_offsets(ds, edit.offsets) if edit.offsets else ([], [])
+        new = write_fragments(edit.rows, ds) if edit.rows is not None and edit.rows.num_rows else []
+        self._commit_update(name, ds, updated, removed, new, op)
+
     def drop_table(self, name: str) -> None:
         """Remove the table from the branch."""
         self._require_open()
@@ -485,44 +498,30 @@ class Transaction:
         ``INVERTED``), ``params`` go to Lance (``num_partitions=``, ``metric=``, ...) and are checked
         before any effect. ``name`` defaults to ``<column>_idx``; ``replace`` rebuilds an existing one."""
         self._require_open()
-        ds = self.repo.table_store.open_version(self._table(table))
-        spec = indices.checked_spec(ds, table, column, kind, name=name, replace=replace, params=params)
-        self.write_table(table, f"create index {spec.name} on {table}", lambda head: indices.build(head, spec))
-        tv = self._tables[table]
-        self._tables[table] = dataclasses.replace(tv, index_params=indices.record(tv.index_params, spec))
+        indices.create(self, table, indices.checked_spec(self.dataset(table), table, column, kind, name=name,
+                                                         replace=replace, params=params))
 
     def drop_index(self, table: str, name: str) -> None:
         """Drop the index ``name`` of ``table``."""
         self._require_open()
-        indices.drop(self.repo.table_store.open_version(self._table(table)), table, name)  # checks the name
-        self.write_table(table, f"drop index {name} of {table}", lambda ds: ds.drop_index(name))
-        tv = self._tables[table]
-        self._tables[table] = replace(tv, index_params=indices.record(tv.index_params, None, drop_name=name))
+        indices.drop(self, table, name)
 
     def optimize_indices(self, table: str) -> None:
         """Add the rows written since the indices of ``table`` were built to them (no retraining)."""
         self._require_open()
-        ds = self.repo.table_store.open_version(self._table(table))
-        if indices.stale(ds, 0.0):
+        if indices.stale(self.dataset(table), 0.0):
             self.write_table(table, f"optimize indices of {table}", indices.optimize)
 
-    def _upkeep(self) -> None:
-        """Before publishing, each written table gets the repository's upkeep (see
-        :mod:`trimerge.lineage.maintenance`): small fragments compacted, indices refreshed, and
-        definitions of indices Lance dropped with their column forgotten."""
-        policy = None
-        for name in [n for n in self._heads if n in self._tables]:
-            tv = self._tables[name]
-            ds = self._heads[name] if self._heads[name] is not None else self.repo.table_store.open_version(tv)
-            if tv.index_params:
-                kept = indices.record(tv.index_params, None, keep={i["name"] for i in indices.lance_indices(ds)})
-                self._tables[name] = dataclasses.replace(tv, index_params=kept)
-            policy = policy or maintenance.Policy.from_settings(self.repo.settings.get)
-            if maintenance.needs_compaction(ds, policy):
-                self.write_table(name, f"compact {name}", lambda head: maintenance.compact(head, policy.small_fragment_rows))
-                ds = self.repo.table_store.open_version(self._tables[name])
-            if policy.refresh_threshold < 1 and indices.stale(ds, policy.refresh_threshold):
-                self.write_table(name, f"optimize indices of {name}", indices.optimize)
+    # -- the narrow interface of index and upkeep operations (trimerge.lineage.indices.TableWriter)
+    def dataset(self, table: str) -> "lance.LanceDataset":
+        """``table`` as this transaction has it so far (read-only use)."""
+        return self.repo.table_store.open_version(self._table(table))
+
+    def table_version(self, table: str) -> TableVersion:
+        return self._table(table)
+
+    def set_index_params(self, table: str, params: tuple[tuple[str, str], ...]) -> None:
+        self._tables[table] = replace(self._table(table), index_params=params)
 
     def write_table(self, name: str, op: str, change: Callable[["lance.LanceDataset"], Any], *,
                     row_level: bool = True) -> None:
@@ -569,8 +568,9 @@ class Transaction:
             if not self._ops:
                 self.abort()
                 return None
-            if not self.scratch:
-                self._upkeep()
+            if not self.scratch:  # the repository's upkeep of every table written (compaction, indices)
+                maintenance.upkeep(self, [n for n in self._heads if n in self._tables],
+                                   maintenance.Policy.from_settings(self.repo.settings.get))
             commit = repo.commits.build(
                 parents=[self._base.id, *self._extra_parents], actor=self.actor,
                 message=self.message or "; ".join(self._ops), metadata=self.metadata,

@@ -58,7 +58,9 @@ def run_demo(path: str | Path, echo: Callable[[str], None] = print, flights_limi
     plane = conflicting_plane(repo)
     repo.update("planes", pa.table({"tailnum": [plane], "manufacturer": ["AIRBUS SAS"]}), branch="main",
                 actor="carol", message=f"Manufacturer of {plane} is AIRBUS SAS")
+    add_airport_locations(repo)
     echo(f"Branch fix-planes: {fixed.num_rows} planes renamed, 1 airport and a day of LGA weather deleted")
+    echo("Branch geo: airports get a 'loc' vector (a point on the unit sphere), indexed IVF_FLAT")
     echo(f"Main: 1 airline added, plane {plane} edited (it was renamed on fix-planes too: a conflict)")
     return repo
 
@@ -67,3 +69,32 @@ def conflicting_plane(repo) -> str:
     """The plane both branches of the demo edit (the first Airbus renamed on fix-planes)."""
     base = repo.read("planes", ref="v1", columns=["tailnum"], filter="manufacturer = 'AIRBUS INDUSTRIE'")
     return min(base.column("tailnum").to_pylist())
+
+
+def unit_vector(lat: float, lon: float) -> list[float]:
+    """A point on the unit sphere: nearest vectors are nearest places."""
+    import math
+
+    la, lo = math.radians(lat), math.radians(lon)
+    return [math.cos(la) * math.cos(lo), math.cos(la) * math.sin(lo), math.sin(la)]
+
+
+def add_airport_locations(repo) -> None:
+    """Branch ``geo``: a vector column added to airports, filled for every row, and indexed — the
+    column a Lance user adds and recomputes on a branch before merging it back."""
+    repo.branches.create("geo", from_ref="main")
+    airports = repo.read("airports", ref="geo", columns=["faa", "lat", "lon"])
+    vectors = [unit_vector(la, lo) for la, lo in zip(airports.column("lat").to_pylist(), airports.column("lon").to_pylist())]
+    loc = pa.FixedSizeListArray.from_arrays(pa.array([x for v in vectors for x in v], pa.float32()), 3)
+    with repo.transaction(branch="geo", actor="dana", message="Airport locations as vectors") as tx:
+        tx.add_columns("airports", pa.field("loc", loc.type))
+        tx.update("airports", pa.table({"faa": airports.column("faa"), "loc": loc}))
+    repo.create_index("airports", "loc", "IVF_FLAT", num_partitions=4, metric="l2", branch="geo", actor="dana")
+
+
+def jfk_vector(repo) -> str:
+    """JFK's location vector as the JSON a user would pass to ``trimerge search --vector``."""
+    import json
+
+    row = repo.read("airports", ref="geo", columns=["lat", "lon"], filter="faa = 'JFK'").to_pylist()[0]
+    return json.dumps([round(x, 4) for x in unit_vector(row["lat"], row["lon"])])

