@@ -1,22 +1,15 @@
 """Zero-copy import: an existing Lance dataset becomes a table without copying its data files.
 
-:func:`open_source` opens and checks the source (readable, the version exists, the key is a valid,
-non-null, unique key) and writes nothing; :func:`clone` then makes ``tables/<dataset>`` a Lance
-*shallow clone* of that version: a manifest that refers to the source's data, deletion and index
-files through a base path (a few KB written, whatever the size of the source), and stores the key
-columns as :func:`~trimerge.lineage.tables.schema_with_primary_key` does (non-null, unmarked).
+:func:`open_source` checks the source (a Lance dataset, the version exists, a valid non-null unique
+key; only the key columns are read) and writes nothing. :func:`clone` makes ``tables/<dataset>`` a
+Lance shallow clone of that version: a manifest referring to the source's data, deletion and index
+files through a base path (a few KB, whatever the source's size), with non-null key columns.
 
-Every later write to the table goes to the clone's own folder; the source is never written to.
-Lance's cleanup of the clone and trimerge's gc only delete files below ``tables/`` (a test checks
-it), so the source's files are never removed by the repository. The reverse is not protected:
-the table reads the source's files, so whoever owns the source must keep them (no
-``cleanup_old_versions`` removing that version, no deleting the folder); :func:`missing_sources`
-lets fsck report a source that disappeared. A source inside the repository is refused: gc and
-Lance version cleanup there do not know the clone refers to those files.
-
-The repository reads an imported table's files with its own storage options (Lance opens base
-paths with the dataset's options), so the source must be readable with them; :func:`clone`
-checks it before returning.
+Later writes go to the clone's own folder: the source is never written to, and Lance's cleanup of
+the clone and trimerge's gc only delete files below ``tables/``. The table reads the source's files
+with the repository's storage options, so the source must stay where it is, readable with them
+(:func:`clone` checks; :func:`missing_sources` lets fsck report a source that disappeared). A
+source inside the repository or on another kind of store is refused (:func:`check_placement`).
 """
 
 from __future__ import annotations
@@ -25,13 +18,8 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from trimerge.lineage import tables as tbl
-from trimerge.lineage.errors import (
-    InvalidOperationError,
-    NotFoundError,
-    PrimaryKeyError,
-    TrimergeError,
-    lance_message,
-)
+from trimerge.lineage.errors import (InvalidOperationError, NotFoundError, PrimaryKeyError, TrimergeError,
+                                     lance_message)
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.location import OBJECT_STORE_SCHEMES, Location
 
@@ -41,10 +29,8 @@ if TYPE_CHECKING:
     from trimerge.lineage.commit import TableVersion
     from trimerge.lineage.tablestore import TableStore
 
-#: Key rows checked per batch; at most this many distinct keys are held per polars chunk.
-KEY_BATCH_ROWS = 1 << 20
-#: Duplicate keys shown in the error.
-EXAMPLES = 3
+KEY_BATCH_ROWS = 1 << 20  # key rows read per batch
+EXAMPLES = 3  # duplicate keys shown in the error
 
 
 class SourceNotFoundError(NotFoundError):
@@ -54,7 +40,7 @@ class SourceNotFoundError(NotFoundError):
 def source_uri(source: Any) -> str:
     """The source as Lance should record it: an absolute local path, or ``scheme://bucket/path``."""
     text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not text.strip():  # bytes paths too
         raise InvalidOperationError(f"import source must be a path or URI, not {source!r}")
     if text.startswith("file://"):
         text = text[len("file://"):]
@@ -75,8 +61,9 @@ def open_source(source: str, primary_key: tuple[str, ...], *, version: int | Non
     import lance
 
     uri = source_uri(source)
-    if "://" not in uri and not os.path.exists(uri):
-        raise SourceNotFoundError(f"import source {source}: no such file or directory")
+    if "://" not in uri and not os.path.isdir(uri):
+        what = "not a Lance dataset (a file)" if os.path.exists(uri) else "no such file or directory"
+        raise SourceNotFoundError(f"import source {source}: {what}")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise InvalidOperationError(f"import source version must be a positive integer, not {version!r}")
     options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
@@ -88,8 +75,8 @@ def open_source(source: str, primary_key: tuple[str, ...], *, version: int | Non
         try:
             ds = ds.checkout_version(version)
         except (OSError, ValueError, RuntimeError):
-            raise SourceNotFoundError(f"import source {source}: no version {version} "
-                                      f"(latest is {ds.version})") from None
+            raise SourceNotFoundError(f"import source {source}: no version {version} (latest is {ds.version})") \
+                from None
     check_source_schema(ds.schema, primary_key, source)
     check_keys(ds, primary_key, source)
     return ds
@@ -166,7 +153,7 @@ def clone(source_ds: "lance.LanceDataset", primary_key: Sequence[str], table_sto
           dataset: str) -> "lance.LanceDataset":
     """Make ``tables/<dataset>`` a shallow clone of ``source_ds``'s version with non-null key
     columns; returns the clone's latest version (as the table store opens it)."""
-    refuse_inside_repository(source_ds.uri, table_store)
+    check_placement(source_ds.uri, table_store)
     target = table_store.uri(dataset)
     try:
         source_ds.shallow_clone(target, source_ds.version, storage_options=table_store.options)
@@ -181,34 +168,29 @@ def clone(source_ds: "lance.LanceDataset", primary_key: Sequence[str], table_sto
 
 
 def declare_primary_key(ds: "lance.LanceDataset", primary_key: Sequence[str]) -> None:
-    """Store the key columns as trimerge's own tables do (:func:`~trimerge.lineage.tables.schema_with_primary_key`):
-    non-null, in place (one metadata-only commit; the keys were checked non-null before). The key
-    itself lives in the commit. A Lance ``unenforced-primary-key`` mark the source carries stays:
-    Lance refuses to change it once set; it only costs a 32 KB key filter per keyed write."""
-    schema = ds.schema
-    nullable = [{"path": k, "nullable": False} for k in primary_key if schema.field(k).nullable]
+    """Key columns non-null, as :func:`~trimerge.lineage.tables.schema_with_primary_key` stores them (in
+    place: one metadata-only commit; the keys were checked before). The key lives in the commit. A
+    Lance ``unenforced-primary-key`` mark of the source stays (Lance refuses to change it once set):
+    it only costs a 32 KB key filter per ``merge_insert``."""
+    nullable = [{"path": k, "nullable": False} for k in primary_key if ds.schema.field(k).nullable]
     if nullable:
         ds.alter_columns(*nullable)
 
 
 def check_readable(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str) -> None:
-    """The repository reads the source's files with its own storage options: read a row to make
-    sure it can (the transaction rolls the clone back otherwise)."""
+    """Read a row as the repository will (its own storage options); the transaction rolls back otherwise."""
     try:
         ds.to_table(columns=list(primary_key), limit=1)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise InvalidOperationError(
-            f"import {source}: the repository cannot read the source with its own storage options "
-            f"({lance_message(exc)}); an imported table's files are read with the repository's options") from None
+        raise InvalidOperationError(f"import {source}: the repository cannot read the source with its own storage "
+                                    f"options, which it reads imported tables with ({lance_message(exc)})") from None
 
 
 # ---------------------------------------------------------------------------------------------- where files live
 def _normal(uri: str) -> str:
     """A location for prefix comparison: real local paths (symlinks resolved), URIs as they are."""
-    if "://" in uri and not uri.startswith("file://"):
-        return uri.rstrip("/")
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
-    return os.path.realpath(path)
+    local = "://" not in uri or uri.startswith("file://")
+    return os.path.realpath(uri.removeprefix("file://")) if local else uri.rstrip("/")
 
 
 def _inside(child: str, parent: str) -> bool:
@@ -216,22 +198,28 @@ def _inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip("/") + "/")
 
 
-def refuse_inside_repository(source: str, table_store: "TableStore") -> None:
-    """A source inside the repository is refused: gc removes datasets no commit uses and Lance
-    version cleanup deletes files only old versions use, neither knowing a clone refers to them."""
+def check_placement(source: str, table_store: "TableStore") -> None:
+    """Refuse a source inside the repository: gc removes datasets no commit uses and Lance version
+    cleanup deletes files only old versions use, neither knowing a clone refers to them. Refuse a
+    source on another kind of store: pylance 14 writes a shallow clone with the *source's* store (a
+    local source cloned to s3:// wrote ``/<key>`` on local disk, an s3:// source cloned to a local
+    path wrote into the source's bucket)."""
     root = table_store.location.uri
     if _inside(_as_uri(source, table_store.location), root):
-        raise InvalidOperationError(
-            f"import {source}: the source lies inside the repository ({root}); its files could be "
-            "reclaimed under the imported table. Use a branch, or import from outside the repository")
+        raise InvalidOperationError(f"import {source}: the source lies inside the repository ({root}); its files "
+                                    "could be reclaimed under the imported table (use a branch instead)")
+    kinds = [u.split("://", 1)[0].lower() if "://" in u and not u.startswith("file://") else "file"
+             for u in (source, root)]
+    if kinds[0] != kinds[1]:
+        shown = [{"file": "local disk"}.get(k, k + "://") for k in kinds]
+        raise InvalidOperationError(f"import {source}: the source is on {shown[0]} and the repository on {shown[1]}; "
+                                    "Lance cannot clone across stores (copy the data with create_table)")
 
 
 def _as_uri(path: str, location: Location) -> str:
     """Lance may report an object-store base path without its scheme."""
     path = str(path)
-    if "://" in path or location.is_local:
-        return path
-    return location.uri.split("://", 1)[0] + "://" + path.lstrip("/")
+    return path if "://" in path or location.is_local else f"{location.scheme}://{path.lstrip('/')}"
 
 
 def foreign_bases(ds: "lance.LanceDataset", table_store: "TableStore") -> dict[int, str]:
@@ -257,7 +245,9 @@ def referenced_files(ds: "lance.LanceDataset", bases: Mapping[int, str]) -> dict
         dfile = meta.deletion_file
         if dfile is not None and dfile.base_id in bases:
             out[bases[dfile.base_id]].append(frag.deletion_file())
-    for info in ds.list_indices():
+    from trimerge.lineage.indices import lance_indices  # pylance's list_indices, without its deprecation warning
+
+    for info in lance_indices(ds):
         if info.get("base_id") in bases:
             out[bases[info["base_id"]]].append(f"_indices/{info['uuid']}/")
     return out

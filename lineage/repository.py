@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from trimerge.lineage.indices import IndexInfo
     from trimerge.lineage.transaction import Transaction
 
 from trimerge.lineage import entities
@@ -60,7 +61,6 @@ from trimerge.lineage.marker import REPO_DOC, refuse_to_init
 from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
-from trimerge.lineage.indices import IndexInfo, list_indices
 from trimerge.lineage.settings import Settings
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.maintenance import MAINTENANCE
@@ -508,9 +508,11 @@ class Repository:
         return self._write("optimize_indices", f"Optimize indices of {table}", table,
                            branch=branch, actor=actor, message=message)
 
-    def indices(self, table: str, ref: str | None = None) -> list[IndexInfo]:
+    def indices(self, table: str, ref: str | None = None) -> list["IndexInfo"]:
         """The indices of ``table`` at ``ref`` (default: the current branch), each with its
         definition and how many rows it covers."""
+        from trimerge.lineage.indices import list_indices
+
         tv = self.table_version(table, ref)
         return list_indices(self.open_table_version(tv), tv)
 

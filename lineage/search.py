@@ -22,6 +22,7 @@ column without one it scores rows only when another column has one, so trimerge 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from numbers import Integral, Real
 from typing import Any, Sequence
@@ -29,8 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from trimerge.lineage.errors import (InvalidOperationError, SchemaMismatchError, StorageError, TrimergeError,
-                                     lance_message)
+from trimerge.lineage.errors import InvalidOperationError, SchemaMismatchError, StorageError, lance_message
 from trimerge.lineage.filters import check_filter, plan_filter
 
 #: Largest ``k``: beyond it a search is a mistake (and Lance's allocations grow with it).
@@ -73,27 +73,15 @@ def search(ds: Any, primary_key: Sequence[str], *, vector: Any = None, column: s
     ``metric`` (with a vector index only the index's own metric), ``use_index``.
     Every bad input raises a :class:`~trimerge.lineage.errors.TrimergeError` with one clear line.
     """
-    try:
-        return _search(ds, list(primary_key), vector, column, text, k, where, columns, options)
-    except TrimergeError:
-        raise
-    except OSError as exc:  # reading the manifest, indices or data files
-        raise StorageError(f"search: cannot read the table: {lance_message(exc)}") from None
-    except (ValueError, RuntimeError, TypeError, OverflowError) as exc:
-        raise InvalidOperationError(f"search: Lance refused the query: {lance_message(exc)}") from None
-
-
-def _search(ds: Any, keys: list[str], vector: Any, column: Any, text: Any, k: Any, where: Any, columns: Any,
-            options: dict[str, Any]) -> pa.Table:
     if (vector is None) == (text is None):
         raise InvalidOperationError("search: give exactly one of a vector or a text query"
                                     + (" (both were given)" if vector is not None else ""))
-    k = _check_k(k)
-    schema = ds.schema
+    k, keys = _check_k(k), list(primary_key)
+    with _lance():
+        schema, indices, rows = ds.schema, _indices(ds), max(1, ds.count_rows())
     extra = _check_columns(columns, schema, keys)
     if where is not None:
         plan_filter(ds, check_filter(where, "search where"), "search where")
-    indices = _indices(ds)
     if text is not None:
         if options:
             raise InvalidOperationError(f"search: full-text search takes no options (got "
@@ -101,16 +89,28 @@ def _search(ds: Any, keys: list[str], vector: Any, column: Any, text: Any, k: An
         text = _check_text(text)
         col = _text_column(column, schema, indices)
         query: dict[str, Any] = {"full_text_query": {"query": text, "columns": [col]},
-                                 "limit": min(k, max(1, ds.count_rows()))}
+                                 "limit": min(k, rows)}
         score, ascending = "_score", False
     else:
         col = _vector_column(column, schema)
         q = _check_vector(vector, schema.field(col).type.list_size)
-        nearest = _nearest(ds, col, q, k, indices, options)
+        nearest = _nearest(col, q, k, rows, indices, options)
         query, score, ascending = {"nearest": nearest}, "_distance", True
     # The score column is named explicitly: Lance warns (on stderr) when it is projected implicitly.
-    result = ds.to_table(columns=keys + extra + [score], filter=where, prefilter=True, **query)
+    with _lance():
+        result = ds.to_table(columns=keys + extra + [score], filter=where, prefilter=True, **query)
     return _ordered(result, keys, score, ascending).slice(0, k)
+
+
+@contextlib.contextmanager
+def _lance():
+    """Lance's own errors as typed one-line errors (they would otherwise escape raw)."""
+    try:
+        yield
+    except OSError as exc:  # reading the manifest, indices or data files
+        raise StorageError(f"search: cannot read the table: {lance_message(exc)}") from None
+    except (ValueError, RuntimeError, TypeError, OverflowError) as exc:
+        raise InvalidOperationError(f"search: Lance refused the query: {lance_message(exc)}") from None
 
 
 def _check_k(k: Any) -> int:
@@ -247,7 +247,7 @@ def _check_vector(vector: Any, dim: int) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def _nearest(ds: Any, col: str, q: np.ndarray, k: int, indices: list[tuple], options: dict) -> dict[str, Any]:
+def _nearest(col: str, q: np.ndarray, k: int, rows: int, indices: list[tuple], options: dict) -> dict[str, Any]:
     """Lance's ``nearest`` argument, options checked and re-ranking sized."""
     for name, value in options.items():
         if name not in VECTOR_OPTIONS:
@@ -257,7 +257,6 @@ def _nearest(ds: Any, col: str, q: np.ndarray, k: int, indices: list[tuple], opt
             raise InvalidOperationError(f"search: option {name}={value!r} must be {expected}")
     use_index = options.get("use_index", True)
     index = next((i for i in indices if i[1] == "VectorIndexDetails" and i[2] == [col]), None)
-    rows = max(1, ds.count_rows())
     k_lance = min(k, rows)  # Lance allocates for k up front: never ask for more rows than exist
     ef = options.get("ef")
     if ef is not None and ef < k_lance:

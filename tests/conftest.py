@@ -178,6 +178,21 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def local_cluster():
+    """One Spark ``local-cluster[2,1,1024]`` driver process for the whole suite (separate executor
+    JVMs and Python workers); ``local_cluster.run(code)`` runs a script there with ``spark`` bound.
+    Starting the five JVMs takes 30-90 s, so the tests that need them share one cluster."""
+    pytest.importorskip("pyspark")
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.skip("Java is not installed")
+    from sparkcluster import LocalCluster
+
+    cluster = LocalCluster()
+    yield cluster
+    cluster.close()
+
+
 # ---------------------------------------------------------------------------------------------- object stores
 @pytest.fixture(scope="session")
 def s3_server():

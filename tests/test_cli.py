@@ -326,7 +326,7 @@ def test_gc_and_its_cleanup_alias(R, cli):
 def test_demo(tmp_path, cli):
     target = tmp_path / "demo"
     doc = cli("demo", target, "--flights-limit", "2000", "--json", ok=True).json()
-    assert doc["branches"] == ["main", "fix-planes"]
+    assert doc["branches"] == ["main", "fix-planes", "geo"]
     assert [c["actor"] for c in doc["log"]] == ["bob", "alice", "demo", "demo"]
     assert [c.actor for c in open_repo(target).log("main", limit=2)] == ["carol", "carol"]
     repo = open_repo(target)
@@ -349,15 +349,18 @@ def test_demo_tells_the_whole_story(tmp_path, cli, monkeypatch):
     out = cli("demo", "--flights-limit", "500", ok=True).stdout
     assert out.startswith("No directory given: creating ./trimerge-demo")
     commands = [line for line in out.splitlines() if line.startswith("$ trimerge")]
-    assert [c.split()[2] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read"]
+    assert [c.split()[2] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read",
+                                                "merge", "index", "search"]
     assert "planes               modified  +0 -0 ~400" in out
     assert "manufacturer: 'AIRBUS INDUSTRIE' -> 'AIRBUS'" in out
     assert "CONFLICT" in out and "nothing published" in out
     assert "Merge 'fix-planes' into 'main'" in out and "|\\" in out
     repo = open_repo(tmp_path / "trimerge-demo")
-    merge = repo.resolve("main")
+    merge = repo.resolve("main^1")
     assert len(merge.parents) == 2 and merge.parents[1] == repo.resolve("fix-planes").id
-    before, after = out.rsplit("$ trimerge read", 2)[1:]
+    assert repo.resolve("main").parents[1] == repo.resolve("geo").id  # the indexed vector column, merged
+    assert "loc_idx\tIVF_FLAT on loc" in out and "John F Kennedy Intl" in out.rsplit("$ trimerge search", 1)[1]
+    before, after = out.rsplit("$ trimerge merge geo", 1)[0].rsplit("$ trimerge read", 2)[1:]
     assert "AIRBUS SAS" in before and "AIRBUS SAS" not in after and "AIRBUS" in after
 
 

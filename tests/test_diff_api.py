@@ -493,14 +493,14 @@ def test_stat_one_row_per_table(tmp_path):
     assert st.schema == pa.schema([("table", pa.string()), ("status", pa.string()), ("inserted", pa.int64()),
                                    ("deleted", pa.int64()), ("updated", pa.int64()),
                                    ("cells_changed", pa.int64()), ("schema_changes", pa.int64()),
-                                   ("method", pa.string())])
+                                   ("index_changes", pa.int64()), ("method", pa.string())])
     assert st.to_pylist() == [
         {"table": "fresh", "status": "added", "inserted": 3, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "method": "added"},
+         "schema_changes": 0, "index_changes": 0, "method": "added"},
         {"table": "same", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "method": "none"},
+         "schema_changes": 0, "index_changes": 0, "method": "none"},
         {"table": "t", "status": "modified", "inserted": 1, "deleted": 1, "updated": 1, "cells_changed": 2,
-         "schema_changes": 1, "method": "delta"},
+         "schema_changes": 1, "index_changes": 0, "method": "delta"},
     ]
 
 

@@ -244,11 +244,11 @@ def test_stat(R, cli, tmp_path):
     rows = cli("-C", R, "diff", "main...feature", "--stat", "--json", ok=True).json()
     assert rows == [
         {"table": "same", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "method": "none"},
+         "schema_changes": 0, "index_changes": 0, "method": "none"},
         {"table": "t", "status": "modified", "inserted": 1, "deleted": 1, "updated": 1, "cells_changed": 1,
-         "schema_changes": 0, "method": "delta"},
+         "schema_changes": 0, "index_changes": 0, "method": "delta"},
         {"table": "u", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "method": "none"},
+         "schema_changes": 0, "index_changes": 0, "method": "none"},
     ]
     assert jsonl(cli("-C", R, "diff", "main...feature", "--stat", "--format", "jsonl", ok=True).stdout) == rows
     out = tmp_path / "stat.parquet"

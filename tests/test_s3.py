@@ -156,29 +156,25 @@ def test_spark_diff_of_an_s3_repository_matches_the_local_engine(s3_uri, spark):
 
 
 @pytest.mark.spark
-def test_local_cluster_reads_s3_with_options_carried_by_the_tasks(s3_uri, tmp_path):
+def test_local_cluster_reads_s3_with_options_carried_by_the_tasks(s3_uri, local_cluster):
     """Separate executor JVMs and Python workers with no AWS_* environment: the storage options
     travel inside the tasks. The spark-submit entry point writes its Lance output to the bucket."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
     uri, options = s3_uri
     repo = trimerge.Repository.init(uri, storage_options=options)
     repo.create_table("t", T(id=list(range(300)), v=list(range(300))), "id")
     repo.branches.create("feature")
     repo.upsert("t", T(id=[7, 1000], v=[-7, 1000]), branch="feature")
     out_uri = uri.rsplit("/", 1)[0] + "/out/diff.lance"
-    script = textwrap.dedent(f"""
+    # The cluster's driver process runs without AWS_* variables (see tests/sparkcluster.py).
+    proc = local_cluster.run(f"""
+        import os
         import sys
         import lance
         import trimerge
         from trimerge.diff import diff
-        from trimerge.diff.spark import get_spark
         from trimerge.diff import spark_job
+        assert not [k for k in os.environ if k.startswith("AWS_")]
         options = {options!r}
-        spark = get_spark("local-cluster[2,1,1024]")
         repo = trimerge.Repository.open({uri!r}, read_only=True, storage_options=options)
         remote = diff("main", "feature", repo=repo, engine="spark", spark=spark).tables["t"].rows()
         local = diff("main", "feature", repo=repo, engine="local").tables["t"].rows()
@@ -190,11 +186,7 @@ def test_local_cluster_reads_s3_with_options_carried_by_the_tasks(s3_uri, tmp_pa
         except SystemExit as exc:
             assert not exc.code, exc.code
         written = lance.dataset({out_uri!r}, storage_options=options).to_table()
-        spark.stop()
         ok = remote.to_pylist() == local.to_pylist() and remote.num_rows == 2 and written.num_rows == 2
         sys.exit(0 if ok else 1)
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["PYSPARK_PYTHON"] = sys.executable
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -133,24 +128,19 @@ def test_clear_error_without_java(monkeypatch, spark):
         get_spark("local[1]")
 
 
-def test_multi_executor_local_cluster(lineages, tmp_path):
+def test_multi_executor_local_cluster(lineages, local_cluster):
     """Separate executor JVMs and Python workers: tasks and reader code must really be shipped."""
-    script = textwrap.dedent(f"""
+    out = local_cluster.run(f"""
         import sys
         import trimerge
         from trimerge.diff import diff
-        from trimerge.diff.spark import get_spark
-        spark = get_spark("local-cluster[2,1,1024]")
         repo = trimerge.Repository.open({str(lineages.path)!r}, read_only=True)
         remote = diff("main", "feature", repo=repo, engine="spark", spark=spark).tables["t"].rows()
         local = diff("main", "feature", repo=repo, engine="local").tables["t"].rows()
         executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        spark.stop()
         print("EXECUTORS", executors)
         sys.exit(0 if remote.to_pylist() == local.to_pylist() and remote.num_rows else 1)
     """)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EXECUTORS 2" in out.stdout
 

@@ -7,11 +7,7 @@ cap and the conflicts file, hand resolutions, the CLI, and separate executor pro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import pyarrow as pa
@@ -157,23 +153,18 @@ def test_cli_merge_engine_spark(conflicted, spark, tmp_path):
     assert out["status"] == "merged" and out["stats"]["t"]["rows_from_source"] == 31
 
 
-def test_spark_merge_on_separate_executors(conflicted, tmp_path):
+def test_spark_merge_on_separate_executors(conflicted, local_cluster):
     """local-cluster: executor JVMs and Python workers of their own run the fold and the writes."""
     conflicted.branches.create("main2", from_ref="main")
-    script_text = textwrap.dedent(f"""
+    out = local_cluster.run(f"""
         import sys
         import trimerge
         from trimerge.merge import merge
-        from trimerge.diff.spark import get_spark
-        spark = get_spark("local-cluster[2,1,1024]")
         repo = trimerge.Repository.open({str(conflicted.path)!r})
         remote = merge("src", "main", repo=repo, engine="spark", spark=spark, strategy="source-wins")
         executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        spark.stop()
         print("EXECUTORS", executors, remote.stats["t"].rows_from_source)
     """)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    out = subprocess.run([sys.executable, "-c", script_text], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EXECUTORS 2 31" in out.stdout
     local = merge("src", "main2", repo=conflicted, engine="local", strategy="source-wins")

@@ -27,9 +27,9 @@ def table_import(obj: Context, name: str, uri: str, keys: tuple[str, ...], sourc
     environment's settings."""
     primary_key = [k.strip() for part in keys for k in part.split(",") if k.strip()]
     repo = obj.repo()
-    location = repo.table_store.location
-    same_store = "://" in uri and uri.split("://", 1)[0].lower() == location.scheme
-    options = dict(location.storage_options) if same_store and location.storage_options else None
+    store = repo.table_store
+    same_store = "://" in uri and uri.split("://", 1)[0].lower() == store.location.scheme
+    options = dict(store.options) if same_store and store.options else None
     commit = repo.import_table(name, uri, primary_key, version=source_version, storage_options=options,
                                branch=branch, actor=actor, message=message)
     tv = commit.tables[name]

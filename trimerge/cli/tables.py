@@ -74,13 +74,13 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
                      ["merge", "fix-planes", "--conflicts", conflicts],
                      None,  # the user edits the conflicts file
                      ["merge", "fix-planes", "--resolve", resolved],
+                     ["log", "--graph", "-n", "7"],
+                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main^1"],
+                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main"],
                      # geo filled 'loc' for airport ZYP, which main deleted: keep main's deletion.
                      ["merge", "geo", "--strategy", "airports=dest-wins", "-m", "Merge airport locations"],
                      ["index", "list", "airports"],
-                     ["search", "airports", "--vector", jfk_vector(repo), "-k", "4", "--columns", "name"],
-                     ["log", "--graph", "-n", "9"],
-                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main^1"],
-                     ["read", "planes", "--where", where, "--columns", "tailnum,manufacturer", "--ref", "main"]):
+                     ["search", "airports", "--vector", jfk_vector(repo), "-k", "4", "--columns", "name"]):
             if args is None:
                 _fill_resolutions(conflicts, resolved, "theirs")
                 click.echo(f"\n(edit {conflicts}: resolution = theirs, i.e. the branch's 'AIRBUS'; saved as {resolved})")
