@@ -312,6 +312,8 @@ class CountingProxy:
             else "lance" if "/tables" in where or "tables/" in where else "other"
         with self.lock:
             self.counts[(who, kind)] += 1
+            if method in ("PUT", "POST") and body:
+                self.counts[(who, "bytes up")] += len(body)
 
     def snapshot(self) -> Counter:
         with self.lock:
@@ -352,9 +354,10 @@ def s3_part(args) -> None:
         backend = counted(repo)
         rng = random.Random(3)
         windows = {}
-        marks = {10: "at commit 10", n - window: f"at commit {n - window}"}
+        marks = {10: "commits 10-19", n - window: f"commits {n - window}-{n - 1}"}
         times = []
         t_all = time.perf_counter()
+        start = (proxy.snapshot(), Counter(backend.calls), seaweed_requests(server))
         for i in range(n):
             if i in marks:
                 before = (proxy.snapshot(), Counter(backend.calls), seaweed_requests(server), len(times))
@@ -362,32 +365,39 @@ def s3_part(args) -> None:
             t0 = time.perf_counter()
             repo.upsert("t", one_row(key, i + 1))
             times.append(time.perf_counter() - t0)
-            for start, label in marks.items():
-                if i == start + window - 1:
+            for first, label in marks.items():
+                if i == first + window - 1:
                     p0, b0, s0, t_index = before
                     p1, b1, s1 = proxy.snapshot(), Counter(backend.calls), seaweed_requests(server)
                     windows[label] = (p1 - p0, b1 - b0, None if s0 is None or s1 is None else s1 - s0,
                                       times[t_index:])
             if (i + 1) % 250 == 0:
                 print(f"    {i + 1} commits, {time.perf_counter() - t_all:.0f} s", flush=True)
+        end = (proxy.snapshot(), Counter(backend.calls), seaweed_requests(server))
+        windows[f"all {n} (amortized)"] = (end[0] - start[0], end[1] - start[1],
+                                           None if start[2] is None or end[2] is None else end[2] - start[2], times)
         proxy.stop()
     rows = []
     for label, (reqs, calls, seaweed, ts) in windows.items():
-        lance = {k[1]: v for k, v in reqs.items() if k[0] == "lance"}
-        mine = {k[1]: v for k, v in reqs.items() if k[0] == "trimerge"}
-        other = sum(v for k, v in reqs.items() if k[0] == "other")
+        count = len(ts) if label.startswith("all") else window
+        lance = {k[1]: v for k, v in reqs.items() if k[0] == "lance" and k[1] != "bytes up"}
+        mine = {k[1]: v for k, v in reqs.items() if k[0] == "trimerge" and k[1] != "bytes up"}
+        other = sum(v for k, v in reqs.items() if k[0] == "other" and k[1] != "bytes up")
         rows.append({
             "": label, "commit p50 ms": p50_ms(ts),
-            "trimerge HTTP/commit": sum(mine.values()) / window,
-            "trimerge by kind": _per(mine, window),
-            "trimerge backend calls/commit": sum(calls.values()) / window,
-            "Lance HTTP/commit": sum(lance.values()) / window,
-            "Lance by kind": _per(lance, window),
-            "other": other / window,
-            "SeaweedFS count/commit": "n/a" if seaweed is None else seaweed / window,
+            "trimerge HTTP/commit": sum(mine.values()) / count,
+            "trimerge by kind": _per(mine, count),
+            "trimerge backend calls/commit": sum(calls.values()) / count,
+            "trimerge KB up/commit": reqs[("trimerge", "bytes up")] / count / KB,
+            "Lance HTTP/commit": sum(lance.values()) / count,
+            "Lance by kind": _per(lance, count),
+            "Lance KB up/commit": reqs[("lance", "bytes up")] / count / KB,
+            "other": other / count,
+            "SeaweedFS count/commit": "n/a" if seaweed is None else seaweed / count,
         })
-    print_table(rows, ["", "commit p50 ms", "trimerge HTTP/commit", "trimerge backend calls/commit", "Lance HTTP/commit",
-                       "other", "SeaweedFS count/commit"])
+    print_table(rows, ["", "commit p50 ms", "trimerge HTTP/commit", "trimerge backend calls/commit",
+                       "trimerge KB up/commit", "Lance HTTP/commit", "Lance KB up/commit", "other",
+                       "SeaweedFS count/commit"])
     for r in rows:
         print(f"  {r['']}: trimerge {r['trimerge by kind']}; Lance {r['Lance by kind']}")
     print("  (requests pass through a Python counting proxy: latencies include its overhead)")

@@ -238,7 +238,9 @@ def plan_candidates(before: Snapshot, after: Snapshot, method: str = "auto") -> 
             (plan.read_before if in_b else plan.read_after).append((in_b or in_a)[0])
             plan.estimated_rows += live_rows((in_b or in_a)[0])
     common = common_version(b, a) if method in ("auto", "delta") else None
-    if common is not None and b.tv.delta_exact_from(common) and a.tv.delta_exact_from(common):
+    # Row versions exist only with stable row ids (an imported dataset may lack them).
+    if common is not None and b.tv.delta_exact_from(common) and a.tv.delta_exact_from(common) \
+            and b.ds.has_stable_row_ids and a.ds.has_stable_row_ids:
         plan.method, plan.common_version = "delta", common
     return plan
 

@@ -65,6 +65,9 @@ def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expec
         return None
     if expected.num_rows != len(ids):
         return None
+    if not ds.has_stable_row_ids:  # ids are addresses of another version: look every key up
+        by_key = _addresses_by_key(ds, pl.from_arrow(expected), pk)
+        return None if by_key is None else _by_fragment(by_key.astype(np.uint64))
     found_addresses, elsewhere = [], []
     for start in range(0, len(ids), CHECK_CHUNK_ROWS):
         chunk = ids.slice(start, CHECK_CHUNK_ROWS)
@@ -86,6 +89,10 @@ def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expec
             return None
         found_addresses.append(by_key)
     addresses = np.concatenate(found_addresses).astype(np.uint64) if found_addresses else np.array([], np.uint64)
+    return _by_fragment(addresses)
+
+
+def _by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     # A row's address is (fragment id << 32 | offset in the fragment).
     fragments = (addresses >> np.uint64(32)).astype(np.int64)
     return {int(f): (addresses[fragments == f] & np.uint64(0xFFFFFFFF)).astype(np.uint32)

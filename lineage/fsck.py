@@ -117,6 +117,8 @@ def _check_notes(repo: "Repository", report: FsckReport) -> None:
 
 
 def _check_tables(repo: "Repository", report: FsckReport, tips: list[str]) -> None:
+    from trimerge.lineage.importing import missing_sources
+
     seen: set[tuple[str, str, int]] = set()
     store = repo.table_store
     listings: dict[str, set[str]] = {}
@@ -139,6 +141,9 @@ def _check_tables(repo: "Repository", report: FsckReport, tips: list[str]) -> No
             if missing:
                 report.problems.append(f"table {name} at commit {cid[:10]} ({_where(tv)}): {len(missing)} data "
                                        f"file(s) missing, e.g. tables/{missing[0]}")
+            for problem in _safely(report, f"import source of table {name} ({_where(tv)})",
+                                   lambda: missing_sources(store, [tv])) or []:
+                report.problems.append(f"table {name} at commit {cid[:10]}: {problem}")
             for index, folder in _safely(report, f"indices of table {name} ({_where(tv)})",
                                          lambda: store.index_folders(tv)) or []:
                 if next(iter(store.files.keys_below(folder)), None) is None:

@@ -198,6 +198,17 @@ def _inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip("/") + "/")
 
 
+def store_kind(uri: str) -> str:
+    """``file`` for a local path, else the URI's scheme (``s3``, ``gs``, ``az``…)."""
+    uri = str(uri)
+    return uri.split("://", 1)[0].lower() if "://" in uri and not uri.startswith("file://") else "file"
+
+
+def same_store(source: Any, table_store: "TableStore") -> bool:
+    """Whether ``source`` is on the same kind of store as the repository (so its options apply)."""
+    return store_kind(source_uri(source)) == store_kind(table_store.location.uri)
+
+
 def check_placement(source: str, table_store: "TableStore") -> None:
     """Refuse a source inside the repository: gc removes datasets no commit uses and Lance version
     cleanup deletes files only old versions use, neither knowing a clone refers to them. Refuse a
@@ -205,11 +216,10 @@ def check_placement(source: str, table_store: "TableStore") -> None:
     local source cloned to s3:// wrote ``/<key>`` on local disk, an s3:// source cloned to a local
     path wrote into the source's bucket)."""
     root = table_store.location.uri
-    if _inside(_as_uri(source, table_store.location), root):
+    if _inside(source, root):
         raise InvalidOperationError(f"import {source}: the source lies inside the repository ({root}); its files "
                                     "could be reclaimed under the imported table (use a branch instead)")
-    kinds = [u.split("://", 1)[0].lower() if "://" in u and not u.startswith("file://") else "file"
-             for u in (source, root)]
+    kinds = [store_kind(u) for u in (source, root)]
     if kinds[0] != kinds[1]:
         shown = [{"file": "local disk"}.get(k, k + "://") for k in kinds]
         raise InvalidOperationError(f"import {source}: the source is on {shown[0]} and the repository on {shown[1]}; "

@@ -44,13 +44,13 @@ class Policy:
                    get("index.refresh_threshold"), get("index.key_min_rows"))
 
 
-def small_fragments(ds: "lance.LanceDataset", small_rows: int) -> int:
-    return sum(1 for f in ds.get_fragments() if f.metadata.physical_rows < small_rows)
+def small_fragments(ds: "lance.LanceDataset", small_rows: int, foreign: Sequence[int] = ()) -> int:
+    return sum(1 for f in ds.get_fragments() if f.metadata.physical_rows < small_rows and f.fragment_id not in foreign)
 
 
-def needs_compaction(ds: "lance.LanceDataset", policy: Policy) -> bool:
+def needs_compaction(ds: "lance.LanceDataset", policy: Policy, foreign: Sequence[int] = ()) -> bool:
     """Whether a table a write just changed has more small fragments than the policy allows."""
-    return 0 < policy.max_small_fragments < small_fragments(ds, policy.small_fragment_rows)
+    return 0 < policy.max_small_fragments < small_fragments(ds, policy.small_fragment_rows, foreign)
 
 
 def needs_key_index(ds: "lance.LanceDataset", primary_key: Sequence[str], policy: Policy) -> bool:
@@ -61,15 +61,31 @@ def needs_key_index(ds: "lance.LanceDataset", primary_key: Sequence[str], policy
     return 0 < policy.key_index_min_rows <= ds.count_rows() and not key_indexed(ds, primary_key)
 
 
-def compact(ds: "lance.LanceDataset", small_rows: int) -> None:
+def compaction_options(ds: "lance.LanceDataset", foreign: Sequence[int]) -> dict[str, Any]:
+    """Options every compaction of trimerge passes Lance: fragments of an import's source are left
+    alone (rewriting them would copy the source in), and an index that lives in another base (a
+    fork's parent, an import's source) is remapped lazily — pylance 14 writes an eagerly remapped
+    index into the dataset's own folder but keeps the old base, and then cannot find it."""
+    from trimerge.lineage.indices import lance_indices
+
+    options: dict[str, Any] = {}
+    if foreign:
+        options["excluded_fragment_ids"] = list(foreign)
+    if any(i.get("base_id") is not None for i in lance_indices(ds)):
+        options["defer_index_remap"] = True
+    return options
+
+
+def compact(ds: "lance.LanceDataset", small_rows: int, foreign: Sequence[int] = ()) -> None:
     """Merge small fragments into fragments of up to ``small_rows`` rows; deletions in large
     fragments stay in their deletion files (rewriting those would cost the table, not the change)."""
-    ds.optimize.compact_files(target_rows_per_fragment=small_rows, materialize_deletions=False)
+    ds.optimize.compact_files(target_rows_per_fragment=small_rows, materialize_deletions=False,
+                              **compaction_options(ds, foreign))
 
 
-def optimize(ds: "lance.LanceDataset") -> None:
+def optimize(ds: "lance.LanceDataset", foreign: Sequence[int] = ()) -> None:
     """Full compaction (deletions materialised) for an explicit ``optimize``."""
-    ds.optimize.compact_files(target_rows_per_fragment=OPTIMIZE_TARGET_ROWS)
+    ds.optimize.compact_files(target_rows_per_fragment=OPTIMIZE_TARGET_ROWS, **compaction_options(ds, foreign))
 
 
 def upkeep(tx: "TableWriter", tables: Sequence[str], policy: Policy) -> None:
@@ -83,8 +99,9 @@ def upkeep(tx: "TableWriter", tables: Sequence[str], policy: Policy) -> None:
         params = tx.table_version(name).index_params
         if params:
             tx.set_index_params(name, indices.record(params, None, keep={i["name"] for i in indices.lance_indices(ds)}))
-        if needs_compaction(ds, policy):
-            tx.write_table(name, f"compact {name}", lambda head: compact(head, policy.small_fragment_rows))
+        foreign = tx.foreign_fragments(name)
+        if needs_compaction(ds, policy, foreign):
+            tx.write_table(name, f"compact {name}", lambda head: compact(head, policy.small_fragment_rows, foreign))
             ds = tx.dataset(name)
         if needs_key_index(ds, tx.table_version(name).primary_key, policy):
             indices.create(tx, name, indices.IndexSpec(indices.KEY_INDEX, tx.table_version(name).primary_key[0], "BTREE"))

@@ -86,8 +86,9 @@ class TableStore:
     def _check_not_moved(self, dataset: str, lance_branch: str, ds: lance.LanceDataset) -> None:
         """A fork's manifest records its parent's absolute location; after a move it points back there."""
         here = self.location.uri.rstrip("/") + "/"
-        for base in ds.base_paths().values():
-            if not str(base.path).startswith(here):
+        old = str(self.moved_from).rstrip("/") + "/"
+        for base in ds.base_paths().values():  # an imported table's source lies elsewhere on purpose
+            if not str(base.path).startswith(here) and str(base.path).startswith(old):
                 raise RepositoryMovedError(
                     f"table data {dataset} ({lance_branch}) still refers to the repository's old location "
                     f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
@@ -158,21 +159,37 @@ class TableStore:
         return self.files.tree_size(folder if fork is None else f"{folder}/tree/{fork}")
 
     def data_files(self, tv: TableVersion) -> list[str]:
-        """Keys (below ``tables/``) of every data file ``tv``'s manifest names; raises when a file
-        lives outside the repository's ``tables/``."""
+        """Keys (below ``tables/``) of every data file ``tv``'s manifest names, except an imported
+        source's (see :func:`trimerge.lineage.importing.missing_sources`); raises when any other
+        file lives outside the repository's ``tables/``."""
         ds = self.open_version(tv)
         root = self.location.join(TABLES_DIR).rstrip("/") + "/"
         bases = {k: str(b.path) for k, b in ds.base_paths().items()}
         own = self.branch_folder(tv)
+        from trimerge.lineage.importing import foreign_bases
+
+        imported = foreign_bases(ds, self)  # an import's source: checked by importing.missing_sources
         keys = []
         for fragment in ds.get_fragments():
             for f in fragment.metadata.files:
+                if f.base_id in imported:
+                    continue
                 folder = own if f.base_id is None else bases.get(f.base_id, "?")
                 uri = _as_uri(folder, self.location)
                 if not uri.startswith(root):
                     raise CorruptRepositoryError(f"data file {f.path} lies outside the repository ({folder})")
                 keys.append(f"{uri[len(root):]}/data/{f.path}")
         return keys
+
+    def foreign_fragment_ids(self, ds: lance.LanceDataset) -> list[int]:
+        """Fragments whose data files live outside the repository (an import's source): upkeep
+        never rewrites them (that would copy the source into the repository)."""
+        from trimerge.lineage.importing import foreign_bases
+
+        foreign = foreign_bases(ds, self)
+        if not foreign:
+            return []
+        return [f.fragment_id for f in ds.get_fragments() if any(d.base_id in foreign for d in f.metadata.files)]
 
     def index_folders(self, tv: TableVersion) -> list[tuple[str, str]]:
         """(index name, key below ``tables/`` of its folder) for each index ``tv``'s manifest names."""

@@ -239,6 +239,8 @@ class Transaction:
         from trimerge.lineage import importing
 
         pk = self._new_table(name, primary_key, "import")
+        if storage_options is None and importing.same_store(source, self.repo.table_store):
+            storage_options = self.repo.table_store.options
         source_ds = importing.open_source(source, pk, version=version, storage_options=storage_options)
         dataset = f"{name}-{str(ULID()).lower()}"
         self._touch((dataset, "main"), created_dataset=True)
@@ -246,6 +248,7 @@ class Transaction:
         self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk, delta_since=ds.version)
         self._ops.append(f"import {name}")
         self._written(name, ds.version)
+        self._heads.pop(name, None)  # no upkeep: an import writes nothing but the clone's manifest
 
     def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
         tv = self._table(name)
@@ -481,10 +484,11 @@ class Transaction:
                          lambda ds: ds.alter_columns({"path": column, "data_type": data_type}), row_level=False)
         self._schema_changed()
 
-    def compact(self, name: str, target_rows_per_fragment: int = maintenance.OPTIMIZE_TARGET_ROWS) -> None:
-        """Rewrite small fragments into larger ones (content unchanged)."""
-        self.write_table(name, f"compact {name}",
-                         lambda ds: ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment))
+    def compact(self, name: str) -> None:
+        """Rewrite small fragments into larger ones, deletions materialised (content unchanged;
+        an imported source's fragments are left alone)."""
+        foreign = self.foreign_fragments(name)
+        self.write_table(name, f"compact {name}", lambda ds: maintenance.optimize(ds, foreign))
 
     def optimize(self, name: str) -> None:
         """Compact ``name`` and add its unindexed rows to its indices (no change when there is nothing to do)."""
@@ -522,6 +526,9 @@ class Transaction:
 
     def set_index_params(self, table: str, params: tuple[tuple[str, str], ...]) -> None:
         self._tables[table] = replace(self._table(table), index_params=params)
+
+    def foreign_fragments(self, table: str) -> list[int]:
+        return self.repo.table_store.foreign_fragment_ids(self.dataset(table))
 
     def write_table(self, name: str, op: str, change: Callable[["lance.LanceDataset"], Any], *,
                     row_level: bool = True) -> None:

@@ -8,10 +8,7 @@ and crash recovery never change or delete a file of the source; the imported tab
 every commit, branches lazily and travels in time; the source's indices come along; a source
 without stable row ids (Lance's default) diffs and merges like a native table (brute-force
 references of ``diffref.py`` and ``test_merge_properties.py``); ``missing_sources`` finds a source
-that disappeared; and an import from one S3 prefix into a repository on the S3 test server.
-
-Known gaps outside ``lineage/importing.py`` are strict ``xfail`` tests naming the fix (they fail
-loudly once the fix lands, so the marker gets removed)."""
+that disappeared; and an import from one S3 prefix into a repository on the S3 test server."""
 
 from __future__ import annotations
 
@@ -31,8 +28,8 @@ from hypothesis import strategies as st
 
 import trimerge
 from trimerge.diff import diff
-from trimerge.lineage import fragments, importing
-from trimerge.lineage.errors import InvalidOperationError, NotFoundError, PrimaryKeyError, TrimergeError
+from trimerge.lineage import importing
+from trimerge.lineage.errors import InvalidOperationError, NotFoundError, PrimaryKeyError
 from trimerge.merge import merge
 
 from conftest import rows, run_python
@@ -85,29 +82,6 @@ def source(tmp_path) -> str:
     return write_source(tmp_path / "src.lance", 1000, rows_per_file=250)
 
 
-def _row_offsets_handles_unstable_ids() -> bool:
-    """Whether ``fragments.row_offsets`` copes with row ids of a table without stable row ids (its
-    ids are row addresses, stale once fragments change): the fix described in the report."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ds = lance.write_dataset(pa.table({"id": pa.array(range(6), pa.int64())}), tmp, max_rows_per_file=3)
-        ds.optimize.compact_files()  # fragments 0 and 1 are gone; addresses 0..5 are stale
-        ds = lance.dataset(tmp)
-        try:
-            found = fragments.row_offsets(ds, pa.array([0, 1], pa.uint64()), pa.table({"id": pa.array([0, 1])}), ["id"])
-        except BaseException as exc:  # noqa: BLE001 - pylance raises OSError or panics
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            return False
-        return found is not None and sum(len(v) for v in found.values()) == 2
-
-
-ROW_OFFSETS_FIXED = _row_offsets_handles_unstable_ids()
-NEEDS_ROW_OFFSETS_FIX = pytest.mark.xfail(
-    not ROW_OFFSETS_FIXED, strict=True, raises=(OSError, BaseException),
-    reason="lineage/fragments.py row_offsets takes row ids as stable ids; without stable row ids they are "
-           "row addresses that go stale (pylance raises, or panics): look keys up by key instead")
-
-
 # ---------------------------------------------------------------------------------------------- zero copy
 def test_import_is_zero_copy_and_reads_like_the_source(tmp_path, source):
     before = digest(source)
@@ -142,6 +116,28 @@ def test_composite_unsorted_and_string_keys(tmp_path):
     assert repo.read("t").num_rows == n
     with pytest.raises(PrimaryKeyError, match="duplicate"):
         repo.import_table("u", src, "a")
+
+
+def test_import_of_a_large_source_builds_no_key_index(tmp_path):
+    src = write_source(tmp_path / "big.lance", 3000)
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.settings.set("index.key_min_rows", 1000)  # a "large" source, as 100,000 rows are by default
+    repo.import_table("t", src, "id")
+    assert repo.indices("t") == [] and folder_size(dataset_folder(repo, "t")) < 32 * 1024
+
+
+def test_import_of_many_small_fragments_stays_zero_copy(tmp_path):
+    src = write_source(tmp_path / "small.lance", 8000, rows_per_file=100)  # 80 fragments: over the policy's 64
+    lance.dataset(src).create_scalar_index("id", "BTREE")
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.import_table("t", src, "id")
+    assert len(repo.dataset("t", "main").get_fragments()) == 80
+    assert folder_size(dataset_folder(repo, "t")) < 32 * 1024
+    assert repo.read("t", filter="id = 5").num_rows == 1
+    for i in range(3):  # later writes: upkeep compacts their small fragments, never the source's
+        repo.upsert("t", pa.table({"id": pa.array([i], pa.int64()), "name": ["x"], "score": [0.0]}))
+    assert folder_size(dataset_folder(repo, "t") / "data") < 16 * 1024  # manifests grow, data is not copied
+    assert repo.read("t", filter="id = 5").num_rows == 1 and repo.read("t").num_rows == 8000
 
 
 # ---------------------------------------------------------------------------------------------- source checks
@@ -363,11 +359,6 @@ def test_indices_come_along_and_answer(tmp_path, indexed_source):
     assert digest(indexed_source) == before
 
 
-@pytest.mark.xfail(strict=True, raises=(TrimergeError, OSError, ValueError),
-                   reason="pylance 14: compaction remaps an index that lives in another base (a shallow clone's "
-                          "source, or a fork's parent) into the dataset's own _indices/ but keeps its base_id, so "
-                          "the index points at files that do not exist; transaction.compact and "
-                          "maintenance.compact must pass defer_index_remap=True when an index has a base_id")
 def test_compaction_keeps_imported_indices_readable(tmp_path, indexed_source):
     repo = trimerge.Repository.init(tmp_path / "repo")
     repo.import_table("docs", indexed_source, "id")
@@ -405,9 +396,6 @@ def test_unstable_source_diff_matches_brute_force(tmp_path, source):
             assert engine_rows(d.rows(), ["id"]) == want, (a, b, plan)
 
 
-@pytest.mark.xfail(strict=True, reason="diff/planner.py plan_candidates picks the delta plan for tables without "
-                                       "stable row ids; Lance's delta needs them, so every such diff tries it, "
-                                       "logs a warning and falls back: require a.ds/b.ds.has_stable_row_ids")
 def test_unstable_source_diff_does_not_try_the_delta_plan(tmp_path, source, caplog):
     repo = trimerge.Repository.init(tmp_path / "repo")
     repo.import_table("t", source, "id")
@@ -418,7 +406,6 @@ def test_unstable_source_diff_does_not_try_the_delta_plan(tmp_path, source, capl
     assert d.plan.fallback_from is None and not caplog.records
 
 
-@NEEDS_ROW_OFFSETS_FIX
 def test_unstable_source_merge_matches_reference(tmp_path, source):
     from test_merge_properties import reference_merge
 
@@ -436,8 +423,6 @@ def test_unstable_source_merge_matches_reference(tmp_path, source):
     assert lance.dataset(source).count_rows() == 1000
 
 
-@pytest.mark.xfail(not ROW_OFFSETS_FIXED, reason="needs the row_offsets fix (see NEEDS_ROW_OFFSETS_FIX)",
-                   run=False)
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_unstable_source_merges_match_reference_on_random_edits(data):
@@ -467,8 +452,6 @@ def test_unstable_source_merges_match_reference_on_random_edits(data):
         assert_rows_equal({k: full(v, columns) for k, v in got.items()}, want)
 
 
-@pytest.mark.xfail(not ROW_OFFSETS_FIXED, reason="needs the row_offsets fix (see NEEDS_ROW_OFFSETS_FIX)",
-                   run=False)
 def test_unstable_source_random_histories_diff_like_brute_force(tmp_path):
     """``test_diff_differential``'s random multi-branch histories with ``t`` and ``u`` imported from
     sources without stable row ids; every plan against the brute-force diff."""
@@ -523,9 +506,6 @@ def test_missing_sources_reports_a_source_that_disappeared(tmp_path, source):
     assert len(problems) == 2 and all(p.endswith(f"its import source {source} is gone") for p in problems)
 
 
-@pytest.mark.xfail(strict=True, reason="lineage/tablestore.py data_files raises 'lies outside the repository' for "
-                                       "an imported table's source files, so fsck reports every import: skip "
-                                       "files of foreign bases there and add importing.missing_sources to fsck")
 def test_fsck_accepts_an_imported_table(tmp_path, source):
     repo = trimerge.Repository.init(tmp_path / "repo")
     repo.import_table("t", source, "id")
