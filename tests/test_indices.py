@@ -817,3 +817,21 @@ def test_gc_beside_index_builds_and_fsck_of_index_files(vrepo):
     shutil.rmtree(Path(repo.uri) / "tables" / folders["vec_idx"])
     problems = repo.fsck().problems
     assert problems and any("files of index 'vec_idx' are missing" in p for p in problems), problems
+
+
+@pytest.mark.s3
+def test_indices_branch_merge_and_fsck_on_an_object_store(s3_uri):
+    uri, options = s3_uri
+    repo = trimerge.Repository.init(uri, storage_options=options)
+    repo.create_table("t", rows_of(range(400)), "id")
+    repo.create_index("t", "vec", "IVF_FLAT", num_partitions=2)
+    repo.branches.create("feat")
+    repo.create_index("t", "cat", "BITMAP", branch="feat")
+    repo.upsert("t", rows_of(range(400, 450), seed=5), branch="feat")
+    repo.upsert("t", rows_of(range(3), seed=6, tag="m"))
+    result = merge("feat", "main", repo=repo)
+    assert result.status == "merged"
+    listed = {i.name: (i.kind, i.num_indexed_rows + i.num_unindexed_rows) for i in repo.indices("t")}
+    assert listed == {"vec_idx": ("IVF_FLAT", 450), "cat_idx": ("BITMAP", 450)}
+    assert [i.name for i in repo.indices("t", ref="main~1")] == ["vec_idx"]
+    assert repo.fsck().problems == []
