@@ -41,7 +41,7 @@ def workdir():
         yield Path(d)
 
 
-@prop_settings(6)
+@prop_settings(4)
 @given(base=base_strategy, edits_a=script, edits_b=script)
 def test_spark_merge_equals_local_merge(workdir, spark, base, edits_a, edits_b):
     repo = trimerge.Repository.init(Path(tempfile.mkdtemp(dir=workdir)) / "repo")
