@@ -5,8 +5,8 @@ The source is TPC-H lineitem (scale 1, 6M rows, key ``l_orderkey, l_linenumber``
 32-float ``emb`` column (incompressible: it takes the dataset past 1 GB on disk), written once to
 ``benchmarks/_work/import-source-1g.lance`` and reused. Measured:
 
-* ``import_table`` with the repository's default settings — its commit runs the repository's table
-  upkeep, which builds a BTREE key index on tables of ``index.key_min_rows`` (100,000) rows or more;
+* ``import_table`` with the repository's default settings (the import commit runs no upkeep; the
+  table's first write builds its BTREE key index, as for any table of ``index.key_min_rows`` rows);
 * ``import_table`` with that upkeep off (``index.key_min_rows = 0``): the import itself (source
   checks + shallow clone), target < 2 s and < 1 MB written;
 * the same split into its two steps (``open_source``: manifest + key-column scan; ``clone``);

@@ -75,8 +75,10 @@ class BranchManager:
 
     def delete(self, name: str, *, force: bool = False) -> Branch:
         """Delete a branch; returns it as it was. Refuses ``main``, the current branch and — unless
-        ``force`` — a branch whose tip no other branch or tag reaches (its commits would become
-        unreachable). Its data stays readable until gc runs after the retention period."""
+        ``force`` — a branch that other existing branches were created from (see :meth:`children`;
+        they keep working when it goes: their data never depended on its ref) or whose tip no
+        other branch or tag reaches (its commits would become unreachable). Its data stays
+        readable until gc runs after the retention period."""
         repo = self.repo
         repo.check_writable()
         self.get(name)
@@ -85,12 +87,12 @@ class BranchManager:
         if name == repo.current_branch:
             raise InvalidOperationError(f"cannot delete {name!r}: it is the current branch (switch first)")
         if not force:
-            self._check_merged(self.get(name))  # before the lease: a refusal writes nothing
+            self._check_deletable(self.get(name))  # before the lease: a refusal writes nothing
         lease = repo.lock_branch(name, f"delete branch {name}")
         try:
             branch = self.get(name)
             if not force:
-                self._check_merged(branch)
+                self._check_deletable(branch)
         except BaseException:
             lease.release(untouched=True)
             raise
@@ -101,6 +103,25 @@ class BranchManager:
         finally:
             lease.release()
         return branch
+
+    def children(self, name: str) -> list[Branch]:
+        """The existing branches created from branch ``name`` — from its current incarnation: a
+        branch created from an earlier, deleted branch of the same name is not its child."""
+        parent = self.get_or_none(name)
+        since = parent.created_at if parent is not None else None
+        return [b for b in self.list() if b.parent == name and b.name != name
+                and (since is None or b.created_at >= since)]
+
+    def _check_deletable(self, branch: Branch) -> None:
+        children = self.children(branch.name)
+        if children:
+            names = ", ".join(repr(b.name) for b in children[:10]) + (f" and {len(children) - 10} more"
+                                                                       if len(children) > 10 else "")
+            raise InvalidOperationError(
+                f"cannot delete branch {branch.name!r}: {names} {'was' if len(children) == 1 else 'were'} created "
+                f"from it; delete {'it' if len(children) == 1 else 'them'} first, or delete it anyway with force=True "
+                f"('trimerge branch delete -D {branch.name}': they keep working)")
+        self._check_merged(branch)
 
     def _check_merged(self, branch: Branch) -> None:
         if not self._reached_elsewhere(branch):

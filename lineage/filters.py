@@ -1,33 +1,118 @@
-"""SQL filters (``--where``): checked once, before Lance sees them.
+"""SQL filters (``--where``, ``filter=``): parsed and measured once, before Lance sees them.
 
-Lance parses filters with DataFusion; some inputs make it panic (a placeholder such as ``?``) or
-exhaust its stack (very long or deeply nested expressions). A filter is therefore scanned first —
-string literals and quoted names skipped — and refused with one clear line when it:
+Lance parses a filter with sqlparser and plans it with DataFusion; both recurse over the
+expression. Measured with pylance 14 (``tests/test_filter_limits.py`` probes these numbers in
+subprocesses, so a new Lance that lowers them fails a test instead of a user):
 
-* is empty, longer than :data:`MAX_FILTER_CHARS` characters or holds a NUL character;
-* nests parentheses deeper than :data:`MAX_FILTER_DEPTH`;
-* chains more than :data:`MAX_FILTER_TERMS` ``AND``/``OR`` terms (use ``IN (...)`` for long lists);
-* holds a placeholder (``?``, ``$1``) or an unterminated string or quoted name.
+* a left-deep chain of one binary operator (``1+1+…``, ``-``, ``*``, ``||``, ``=``, ``<``, …)
+  crashes the process (SIGSEGV on a Lance worker thread, whatever the caller's stack) at about
+  830 operators, and costs seconds from 400 on (delete: 2 s at 400, 5 s at 600);
+* ``AND``/``OR`` chains do not crash up to 5,000 terms (1.5 s at 4,000);
+* nesting — brackets, function calls, ``CAST``, ``NOT``, unary minus, a right operand — is cut
+  by sqlparser's recursion limit at about 47 levels; near it some forms (``CAST(CAST(…``,
+  ``NOT (NOT (…``) backtrack exponentially and hang for minutes instead of failing;
+* ``IN`` lists plan in about 3 s at 100,000 values (17 s at 300,000); a function's argument
+  list takes as long at a tenth of that width.
 
-Then it is planned (not run) against the table's schema, so an unknown column or a type mismatch is
-reported before anything is written.
+A filter is therefore refused with one clear line (:class:`InvalidOperationError`) when it:
+
+* is not text, is empty, longer than :data:`MAX_FILTER_CHARS` characters, holds a NUL character
+  or is not valid Unicode;
+* holds a placeholder (``?``, ``$1``) or an unterminated string, quoted name or comment;
+* nests more than :data:`MAX_FILTER_NESTING` levels (brackets, calls, ``NOT``, unary signs,
+  right operands — each as sqlparser recurses on it);
+* is more than :data:`MAX_FILTER_DEPTH` operators deep, not counting ``AND``/``OR``;
+* chains more than :data:`MAX_FILTER_TERMS` ``AND``/``OR`` terms on one path;
+* has more than :data:`MAX_FILTER_NODES` parts besides literal lists, more than
+  :data:`MAX_IN_VALUES` values in one ``IN (...)`` list or in all lists together, or more than
+  :data:`MAX_LIST_ITEMS` items in one argument list or array.
+
+The shape comes from a real parse (sqlglot, with backquoted names as Lance writes them). Long
+lists of plain literals are shortened to two items before parsing — they add width, never depth —
+so a 100,000-key ``IN`` list is checked in milliseconds. A filter of at most
+:data:`MAX_FILTER_NESTING` tokens cannot exceed any limit and is not parsed at all.
+
+Then :func:`plan_filter` plans it (does not run it) against the table's schema, so an unknown
+column or a type mismatch is reported before anything is written.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from trimerge.lineage.errors import InvalidOperationError, lance_message
 
 MAX_FILTER_CHARS = 1_000_000
-MAX_FILTER_DEPTH = 32
-MAX_FILTER_TERMS = 256
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_FILTER_NESTING = 32  # sqlparser gives up at ~47 and may hang just before: keep well below
+MAX_FILTER_DEPTH = 128  # operators on one path besides AND/OR: crash at ~830, seconds from 400
+MAX_FILTER_TERMS = 1_024  # AND/OR on one path: fine at 5,000
+MAX_FILTER_NODES = 20_000  # parts besides literal lists: bounds the time of our parse and Lance's plan
+MAX_IN_VALUES = 100_000  # values in one IN list, and in all lists together
+MAX_LIST_ITEMS = 10_000  # items of one argument list or array literal
+
+_COLLAPSE_AT = 8  # a run of more literal items than this is parsed as two
+
+# One token of Lance's SQL: order matters (comments before operators, numbers before '.').
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<line_comment>--[^\n]*)
+  | (?P<block_comment>/\*)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<quoted>"(?:[^"]|"")*"|`(?:[^`]|``)*`)
+  | (?P<number>0[xX][0-9A-Fa-f]+|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<word>[^\W\d]\w*)
+  | (?P<placeholder>\?|\$\d)
+  | (?P<open>[(\[])
+  | (?P<close>[)\]])
+  | (?P<comma>,)
+  | (?P<op>::|<=|>=|<>|!=|\|\||<<|>>|->>|->|=>|[-+*/%=<>!&|^~#@:.;{}$])
+  | (?P<other>.)
+""", re.VERBOSE | re.DOTALL)
+# A run of plain literal list items, each followed by its comma ("1, -2, 'a', NULL, "): read in
+# one regex step and parsed as two items, since they add width to a list, never depth.
+_ITEM = r"\s*(?:[-+]\s*)?(?:0[xX][0-9A-Fa-f]+|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|'(?:[^']|'')*'|(?i:true|false|null)\b)\s*,"
+_RUN = re.compile(f"(?:{_ITEM}){{{_COLLAPSE_AT},}}")
+_ONE_ITEM = re.compile(_ITEM)
+
+
+@dataclass
+class FilterShape:
+    """What :func:`measure_filter` found: the limits above are checked against these."""
+
+    tokens: int = 0  # tokens besides the shortened literal runs
+    nesting: int = 0
+    depth: int = 0
+    terms: int = 0
+    nodes: int = 0
+    in_values: int = 0  # largest IN list
+    list_items: int = 0  # largest other list
+    values: int = 0  # literal values in lists, all together
+    parsed: bool = False
+    text: str = field(default="", repr=False)  # what was parsed: the filter with long literal runs shortened
 
 
 def check_filter(text: Any, what: str = "filter") -> str:
     """Return ``text`` if it passes the limits above, else raise :class:`InvalidOperationError`."""
+    shape = measure_filter(text, what)
+    limits = ((shape.nesting, MAX_FILTER_NESTING,
+               "nests {n} levels deep (brackets, function calls, CAST, NOT, signs; the limit is {m})"),
+              (shape.depth, MAX_FILTER_DEPTH, "is {n} operators deep (the limit is {m}); split it into several calls"),
+              (shape.terms, MAX_FILTER_TERMS, "chains {n} AND/OR terms (the limit is {m}); use IN (...) for long lists"),
+              (shape.nodes, MAX_FILTER_NODES, "has {n} parts (the limit is {m}); use IN (...) for long lists"),
+              (shape.in_values, MAX_IN_VALUES, "lists {n} values in one IN (...) (the limit is {m})"),
+              (shape.values, MAX_IN_VALUES, "lists {n} values in all (the limit is {m})"),
+              (shape.list_items, MAX_LIST_ITEMS, "passes {n} items in one argument list or array (the limit is {m})"))
+    for n, m, message in limits:
+        if n > m:
+            raise InvalidOperationError(f"{what} " + message.format(n=f"{n:,}", m=f"{m:,}"))
+    return text
+
+
+def measure_filter(text: Any, what: str = "filter") -> FilterShape:
+    """The shape of filter ``text``: lexical problems raise :class:`InvalidOperationError`; the
+    measures are returned for :func:`check_filter` (and tests) to compare with the limits."""
     if not isinstance(text, str):
         raise InvalidOperationError(f"{what} must be SQL text, not {type(text).__name__}")
     if not text.strip():
@@ -40,49 +125,121 @@ def check_filter(text: Any, what: str = "filter") -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidOperationError(f"{what} is not valid Unicode") from None
-    depth = terms = 0
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "'\"`":
-            end = _closing(text, i)
+    shape = _scan(text, what)
+    if shape.nesting > MAX_FILTER_NESTING or shape.tokens > MAX_FILTER_NODES or shape.tokens <= MAX_FILTER_NESTING:
+        # Too deep or too large to be worth parsing — or too short to break any limit.
+        shape.nodes = shape.tokens
+        return shape
+    _measure_tree(shape, what)
+    return shape
+
+
+def _scan(text: str, what: str) -> FilterShape:
+    """Tokenize: refuse what no parse needs to see (placeholders, unterminated quotes), count
+    list widths per bracket, and shorten long runs of literal list items."""
+    shape = FilterShape()
+    blanks: list[tuple[int, int]] = []  # comments: parsed as one blank
+    cuts: list[tuple[int, int]] = []  # the shortened parts of literal runs
+    tokens: list[tuple[str, str, int, int]] = []  # (kind, value, start, end), blanks and comments left out
+    stack: list[list[Any]] = []  # open brackets: [is an IN list, items]
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        kind, value = m.lastgroup, m.group()
+        if kind in ("block_comment", "line_comment"):
+            end = _comment_end(text, pos) if kind == "block_comment" else m.end()
             if end < 0:
-                raise InvalidOperationError(f"{what}: unterminated {c}...{c} at character {i + 1}")
-            i = end + 1
+                raise InvalidOperationError(f"{what}: unterminated /* comment at character {pos + 1}")
+            blanks.append((pos, end))
+            pos = end
             continue
-        if c == "(":
-            depth += 1
-            if depth > MAX_FILTER_DEPTH:
-                raise InvalidOperationError(f"{what} nests parentheses deeper than {MAX_FILTER_DEPTH}")
-        elif c == ")":
-            depth -= 1
-        elif c == "?" or (c == "$" and i + 1 < n and text[i + 1].isdigit()):
+        if kind == "other" and value in "'\"`":
+            raise InvalidOperationError(f"{what}: unterminated {value}...{value} at character {pos + 1}")
+        if kind == "placeholder":
             raise InvalidOperationError(f"{what}: placeholders such as '?' or '$1' are not supported; write the value")
-        elif c.isalpha() or c == "_":
-            word = _WORD.match(text, i)
-            if word:
-                if word.group().upper() in ("AND", "OR"):
-                    terms += 1
-                    if terms >= MAX_FILTER_TERMS:
-                        raise InvalidOperationError(
-                            f"{what} chains more than {MAX_FILTER_TERMS} AND/OR terms; use IN (...) for long lists")
-                i = word.end()
-                continue
-        i += 1
-    return text
-
-
-def _closing(text: str, start: int) -> int:
-    """Index of the quote closing the one at ``start`` (a doubled quote is an escaped one), or -1."""
-    quote, i = text[start], start + 1
-    while True:
-        i = text.find(quote, i)
-        if i < 0:
-            return -1
-        if i + 1 < len(text) and text[i + 1] == quote:
-            i += 2
+        pos = m.end()
+        if kind == "ws":
             continue
-        return i
+        tokens.append((kind, value, m.start(), m.end()))
+        if kind == "open":
+            before = tokens[-2] if len(tokens) > 1 else None
+            is_in = value == "(" and before is not None and before[0] == "word" and before[1].upper() == "IN"
+            stack.append([is_in, 1])
+            shape.nesting = max(shape.nesting, len(stack))
+        elif kind == "close":
+            if stack:
+                _close_list(shape, stack.pop())
+        elif kind == "comma" and stack:
+            stack[-1][1] += 1
+        if kind in ("open", "comma") and stack:
+            run = _RUN.match(text, pos)
+            if run:
+                stack[-1][1] += len(_ONE_ITEM.findall(run.group()))
+                kept = _ONE_ITEM.match(text, _ONE_ITEM.match(text, pos).end()).end()
+                tokens.extend([("number", "0", pos, pos), ("comma", ",", pos, pos)] * 2)  # the two parsed
+                cuts.append((kept, run.end()))
+                pos = run.end()
+    while stack:
+        _close_list(shape, stack.pop())
+    shape.tokens = len(tokens)
+    shape.text = _rewrite(text, blanks, cuts)
+    return shape
+
+
+def _close_list(shape: FilterShape, entry: list[Any]) -> None:
+    is_in, items = entry
+    if items > 1:
+        shape.values += items
+    if is_in:
+        shape.in_values = max(shape.in_values, items)
+    else:
+        shape.list_items = max(shape.list_items, items)
+
+
+def _comment_end(text: str, start: int) -> int:
+    """End of the block comment opening at ``start`` (nested ones count, as sqlparser reads them), or -1."""
+    depth, i = 0, start
+    while True:
+        opening, closing = text.find("/*", i), text.find("*/", i)
+        if closing < 0:
+            return -1
+        if 0 <= opening < closing:
+            depth, i = depth + 1, opening + 2
+            continue
+        depth, i = depth - 1, closing + 2
+        if depth == 0:
+            return i
+
+
+def _rewrite(text: str, blanks: list[tuple[int, int]], cuts: list[tuple[int, int]]) -> str:
+    """``text`` with each comment as one blank and each cut span removed (a cut may hold comments)."""
+    if not blanks and not cuts:
+        return text
+    spans = sorted([(s, e, " ") for s, e in blanks] + [(s, e, "") for s, e in cuts])
+    pieces, last = [], 0
+    for start, end, replacement in spans:
+        if start < last:  # a comment inside a cut span: gone with it
+            continue
+        pieces.append(text[last:start] + replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _measure_tree(shape: FilterShape, what: str) -> None:
+    """Parse ``shape.text`` and measure its tree (see :func:`trimerge.lineage.sqlshape.measure`)."""
+    from trimerge.lineage import sqlshape
+
+    try:
+        tree = sqlshape.parse(shape.text)
+    except RecursionError:  # only a chain of prefix operators gets here (brackets were counted)
+        shape.nesting = max(shape.nesting, MAX_FILTER_NESTING + 1)
+        return
+    except sqlshape.ParseError as exc:
+        raise InvalidOperationError(f"{what}: not a SQL expression Lance could read: {exc}") from None
+    shape.parsed = True
+    shape.nodes, shape.depth, shape.terms, nesting = sqlshape.measure(tree)
+    shape.nesting = max(shape.nesting, nesting)
 
 
 def plan_filter(dataset: Any, text: str, what: str) -> None:

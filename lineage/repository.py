@@ -146,7 +146,7 @@ class Repository:
         self.recovery = Recovery(self)
         self.deletions = DeletionLog(self.docs)
         self.reclaimed = ReclaimedCommits(self.docs)
-        self.settings = Settings(self.docs)
+        self.settings = Settings(self.docs, self.check_writable)
         self.last_recovery = RecoveryReport()
         self._released_leases: dict[str, Any] = {}
 

@@ -61,8 +61,9 @@ def parse_value(name: str, text: str) -> Any:
 class Settings:
     """The repository's settings; ``get`` falls back to the default."""
 
-    def __init__(self, docs: Documents):
+    def __init__(self, docs: Documents, check_writable: Callable[[], None] = lambda: None):
         self.docs = docs
+        self.check_writable = check_writable  # a read-only repository refuses changes
         self._cache: tuple[dict[str, Any], Any] | None = None  # read once per open repository
 
     def _stored(self, fresh: bool = False) -> tuple[dict[str, Any], Any]:
@@ -93,6 +94,7 @@ class Settings:
 
     def set(self, name: str, value: Any) -> None:
         """Set ``name`` (checked first); ``None`` puts back the default."""
+        self.check_writable()
         setting = self._setting(name)
         if value is not None and not setting.check(value):
             raise InvalidOperationError(f"setting {name} must be {setting.expected}, not {value!r}")

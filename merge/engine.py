@@ -197,6 +197,9 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     ours = repo.resolve(dst)
     bases = repo.merge_bases(theirs.id, ours.id)
     if repo.is_ancestor(theirs.id, ours.id):
+        # Nothing to merge, but a strategy naming no table is still a mistake worth saying.
+        _check_strategy_tables(strategy, set(ours.tables) | set(theirs.tables)
+                               | {t for b in bases for t in b.tables})
         return MergeResult(status="up-to-date", source_ref=src, source_commit=theirs, dest_ref=dst, dest_commit=ours,
                            base=bases, dry_run=dry_run, strategy=strategy, granularity=granularity)
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=bases, strategy=strategy,

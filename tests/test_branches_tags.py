@@ -214,10 +214,14 @@ def test_delete_refusals(seeded):
     seeded.switch("main")
     with pytest.raises(BranchNotFoundError):
         seeded.branches.delete("nope")
-    # Branches created from it do not hold it back (git has no such rule); its tip is on main.
+    # A branch created from it holds it back (named in the refusal); force deletes it anyway and
+    # the child keeps working.
     seeded.branches.create("child", from_ref="dev")
-    assert seeded.branches.delete("dev").name == "dev"
-    seeded.branches.delete("child")
+    with pytest.raises(InvalidOperationError, match="'child' was created from it"):
+        seeded.branches.delete("dev")
+    assert seeded.branches.delete("dev", force=True).name == "dev"
+    seeded.upsert("airlines", T(carrier=["C1"], name=["c"]), branch="child")
+    seeded.branches.delete("child", force=True)
     assert seeded.branches.names() == ["main"]
 
 
@@ -234,7 +238,9 @@ def test_delete_of_an_unmerged_branch_needs_force(seeded):
     seeded.branches.create("feat", from_ref="keep")
     seeded.upsert("airlines", T(carrier=["F2"], name=["f"]), branch="feat")
     seeded.branches.create("other", from_ref="feat")
-    seeded.branches.delete("feat")  # 'other' reaches its tip
+    with pytest.raises(InvalidOperationError, match="'other' was created from it"):
+        seeded.branches.delete("feat")
+    seeded.branches.delete("feat", force=True)
     seeded.upsert("airlines", T(carrier=["F3"], name=["f"]), branch="other")
     assert seeded.branches.delete("other", force=True).name == "other"
 

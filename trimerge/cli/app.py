@@ -159,10 +159,20 @@ class TrimergeGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - the CLI must never print a traceback
             if os.environ.get("TRIMERGE_DEBUG"):
                 raise
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            say_error(f"{type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", "InternalError",
-                      EXIT_INTERNAL, prefix="internal error")
-            ctx.exit(EXIT_INTERNAL)
+            _internal_error(ctx, exc)
+        except BaseException as exc:
+            # A Rust panic inside polars, pyarrow or Lance arrives as a BaseException: no input
+            # explained it (those are caught where the input is read), so it is ours to own.
+            if type(exc).__name__ != "PanicException" or os.environ.get("TRIMERGE_DEBUG"):
+                raise
+            _internal_error(ctx, exc)
+
+
+def _internal_error(ctx: click.Context, exc: BaseException) -> None:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    say_error(f"{type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", "InternalError",
+              EXIT_INTERNAL, prefix="internal error")
+    ctx.exit(EXIT_INTERNAL)
 
 
 @click.group(cls=TrimergeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -206,34 +216,11 @@ def _reader_went_away() -> None:
 
 # ---------------------------------------------------------------------------------------------- helpers
 def read_file(path: str):
-    """Read CSV, Parquet, JSON lines, JSON, Arrow IPC or a Lance dataset into Arrow."""
-    import polars as pl
-    import pyarrow as pa
+    """Read CSV, Parquet, JSON lines, JSON, Arrow IPC or a Lance dataset into Arrow (see
+    :mod:`trimerge.cli.inputs`: encodings and reader failures are one line naming the file)."""
+    from trimerge.cli.inputs import read_file as read
 
-    p = Path(path)
-    if not p.exists():
-        fail(f"no such file: {path}")
-    suffix = p.suffix.lower()
-    try:
-        if p.is_dir() or suffix == ".lance":
-            import lance
-
-            return lance.dataset(str(p)).to_table()
-        if suffix == ".csv":
-            return pl.read_csv(p, try_parse_dates=False).to_arrow()
-        if suffix in (".parquet", ".pq"):
-            return pl.read_parquet(p).to_arrow()
-        if suffix in (".jsonl", ".ndjson"):
-            return pl.read_ndjson(p).to_arrow()
-        if suffix == ".json":
-            return pl.read_json(p).to_arrow()
-        if suffix in (".arrow", ".feather", ".ipc"):
-            import pyarrow.feather as feather
-
-            return feather.read_table(str(p))
-    except (pl.exceptions.PolarsError, pa.ArrowInvalid, OSError, ValueError) as exc:
-        fail(f"cannot read {path}: {lance_message(exc)}")
-    fail(f"cannot read {path}: unknown format (use .csv, .parquet, .jsonl, .json, .arrow or a Lance dataset)")
+    return read(path)
 
 
 def commit_line(repo, c) -> str:
@@ -254,17 +241,74 @@ def write_options(fn: Callable) -> Callable:
     return fn
 
 
+#: Output formats by file extension (``-o FILE``); text goes to a terminal or a file without one of these.
+DATA_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+                   ".csv": "csv", ".lance": "lance"}
+TEXT_EXTENSIONS = ("", ".txt")
+
+
+def output_suffix(output: str) -> str:
+    """The extension of ``-o`` PATH, lower-case ('' for none; a trailing '/' ignored)."""
+    return Path(output.rstrip("/")).suffix.lower()
+
+
+def output_format(fmt: str | None, output: str | None, *, formats: tuple[str, ...], default: str,
+                  what: str = "this command") -> str:
+    """The format to write: ``--format``, else the extension of ``-o`` FILE, else ``default``.
+
+    Refused up front (exit 2, before any work): an extension that is neither a data format nor
+    text, a ``--format`` that contradicts the extension, or a format ``what`` cannot write."""
+    implied = None
+    if output is not None:
+        suffix = output_suffix(output)
+        implied = DATA_EXTENSIONS.get(suffix)
+        if implied is None and suffix not in TEXT_EXTENSIONS:
+            fail(f"-o {output}: no output format has the extension {suffix!r} (use .parquet, .jsonl, .json, .csv, "
+                 ".lance, or .txt or no extension for text)")
+        if fmt is not None and implied is not None and fmt != implied:
+            fail(f"--format {fmt} contradicts -o {output}, a .{implied} file (drop --format, or change the extension)")
+    chosen = fmt or implied or default
+    if chosen not in formats:
+        fail(f"{what} cannot write {chosen} (formats: {', '.join(formats)})")
+    if chosen in ("parquet", "lance") and output is None:
+        fail(f"--format {chosen} needs -o {'FILE' if chosen == 'parquet' else 'DIRECTORY'}")
+    return chosen
+
+
+def check_output_path(output: str | None, fmt: str, what: str = "-o") -> None:
+    """Refuse (exit 2) an output path that cannot take ``fmt``: a Lance dataset is a directory,
+    every other format a file (see :mod:`trimerge.lineage.outputs`)."""
+    from trimerge.lineage.errors import InvalidOperationError
+    from trimerge.lineage.outputs import DIRECTORY, FILE, check_output
+
+    if output is None:
+        return
+    try:
+        check_output(output, DIRECTORY if fmt == "lance" else FILE, what)
+    except InvalidOperationError as exc:
+        fail(str(exc))
+
+
 def print_table(table, fmt: str, output: str | None, limit: int | None = None) -> None:
+    """Print or write an Arrow table as text, JSON, JSON lines, CSV, Parquet or a Lance dataset."""
     import polars as pl
 
+    if output is not None and fmt == "table":  # a caller's default: the file's extension decides
+        fmt = DATA_EXTENSIONS.get(output_suffix(output), "table")
+    check_output_path(output, fmt)
     if limit is not None:
         table = table.slice(0, limit)
-    if fmt == "parquet":
+    if fmt in ("parquet", "lance"):
         if not output:
-            fail("--format parquet needs -o FILE")
-        import pyarrow.parquet as pq
+            fail(f"--format {fmt} needs -o {'FILE' if fmt == 'parquet' else 'DIRECTORY'}")
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
 
-        pq.write_table(table, output)
+            pq.write_table(table, output)
+        else:
+            import lance
+
+            lance.write_dataset(table, output, mode="overwrite")
         return
     df = pl.from_arrow(table)
     if fmt == "json":
@@ -277,7 +321,7 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
         with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40):
             text = str(df)
     if output:
-        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""))
+        Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
     else:
         click.echo(text)
 

@@ -12,10 +12,12 @@ import click
 from trimerge.cli.app import (
     MAX_COUNT,
     Context,
+    check_output_path,
     cli,
     common,
     emit,
     fail,
+    output_format,
     print_table,
 )
 
@@ -55,15 +57,31 @@ class DelayedProgress:
             self._progress.stop()
 
 
+DIFF_FORMATS = ("table", "json", "jsonl", "csv", "parquet", "lance")
+
+
+def diff_options(fn):
+    """The options ``diff`` and ``show`` share: what to show and where to write it."""
+    for opt in reversed([
+        click.option("--table", "tables", multiple=True, help="Only this table (repeatable)."),
+        click.option("--name-only", is_flag=True, help="Only the names of changed tables."),
+        click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None,
+                     help="At most N rows per table (the first by key)."),
+        click.option("--format", "fmt", type=click.Choice(DIFF_FORMATS), default=None,
+                     help="Default: from the extension of -o (.parquet, .jsonl, .json, .csv, .lance), else table."),
+        click.option("-o", "output", default=None, metavar="PATH",
+                     help="Write to PATH; its extension picks the format (text for no extension or .txt). Rows as "
+                          "Parquet: one file, or a directory with a file per table; .lance: a dataset per table."),
+        click.option("--columns", default=None, help="Comma-separated value columns to show."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
 @cli.command("diff")
 @click.argument("refs", nargs=-1, required=True)
-@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--stat", is_flag=True, help="One line per table with counts.")
-@click.option("--name-only", is_flag=True, help="Only the names of changed tables.")
-@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None, help="At most N rows per table (the first by key).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "parquet"]), default=None)
-@click.option("-o", "output", default=None, help="Write the rows to FILE (parquet: one file, or a directory per table).")
-@click.option("--columns", default=None, help="Comma-separated value columns to show.")
+@diff_options
 @click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
               help="auto: Spark only for tables whose planned rows exceed the threshold.")
 @click.option("--spark-master", default=None, metavar="URL", help="Spark master (default: local[*]).")
@@ -76,19 +94,16 @@ class DelayedProgress:
 def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master,
              verbose, plan, verify) -> None:
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
-    import sys as _sys
-
     from trimerge.diff import diff as run_diff
-    from trimerge.diff import writers
     from trimerge.lineage.address import is_address, parse_address
 
     if len(refs) > 2:
         fail("diff takes one range (A..B, A...B) or two refs")
+    fmt = diff_format(obj, fmt, output, stat, name_only)
     for r in refs:
         if is_address(r) and parse_address(r).repository is not None:
             obj.path = parse_address(r).repository
     repo = obj.open(read_only=True)
-    progress = DelayedProgress(0, "diff", enabled=_sys.stderr.isatty() and not obj.json)
     spark = None
     if engine == "spark" or spark_master:
         from trimerge.diff.spark import get_spark
@@ -96,17 +111,35 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         spark = get_spark(spark_master, verbose=verbose)
     d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine,
                  spark=spark, plan=plan, verify=verify or None)
-    spark_tables = {n for n, td in d.tables.items() if td.engine == "spark"}
-    lance_out = bool(output) and output.rstrip("/").endswith(".lance")
-    if output and (lance_out or (spark_tables and fmt in (None, "parquet"))) and not (stat or name_only):
-        # Spark tables are written by the executors, never collected on the driver.
-        changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
-        for n, td in changed.items():
-            target = output if len(changed) == 1 else f"{output.rstrip('/')}/{n}"
-            writers.write(td, target, "lance" if lance_out else "parquet", storage_options=repo.table_store.options)
-        emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
-        return
-    progress.total = len(d.tables)
+    render_diff(obj, repo, d, stat=stat, name_only=name_only, limit=limit, fmt=fmt, output=output, columns=columns)
+
+
+def diff_format(obj: Context, fmt: str | None, output: str | None, stat: bool, name_only: bool) -> str:
+    """The format of a diff's output, refused up front when it cannot be written (exit 2)."""
+    from trimerge.lineage.errors import InvalidOperationError
+    from trimerge.lineage.outputs import DIRECTORY, EITHER, FILE, check_output
+
+    chosen = output_format(fmt, output, formats=DIFF_FORMATS, default="json" if obj.json else "table", what="diff")
+    if chosen == "csv" and not (stat or name_only):
+        fail("diff rows nest their before and after values, which CSV cannot hold: write .parquet, .jsonl, .json "
+             "or .lance (or use --stat)")
+    if output is not None:
+        # Rows as Parquet are one file or a directory per table: which one is known once the diff is.
+        kind = DIRECTORY if chosen == "lance" else EITHER if chosen == "parquet" and not (stat or name_only) else FILE
+        try:
+            check_output(output, kind, "-o")
+        except InvalidOperationError as exc:
+            fail(str(exc))
+    return chosen
+
+
+def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: int | None, fmt: str,
+                output: str | None, columns: str | None) -> None:
+    """Print or write a computed diff as ``diff`` does (``fmt`` from :func:`diff_format`)."""
+    import pyarrow as pa
+
+    from trimerge.diff import writers
+
     cols = [c.strip() for c in columns.split(",")] if columns else None
     if cols:
         known = {c for td in d.tables.values() for part in td.compared_columns() for c in part}
@@ -114,53 +147,49 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         if unknown:
             fail(f"--columns: no compared table has column(s) {', '.join(map(repr, unknown))} "
                  f"(columns: {', '.join(sorted(known)) or 'none'})")
-    try:
-        for name, td in d.tables.items():
-            progress(name, "start")
-            if td.status != "unchanged" and not name_only:
-                td.counts
-            progress(name, "done")
-    finally:
-        progress.close()
-    fmt = fmt or ("json" if obj.json else "table")
+    spark_tables = {n for n, td in d.tables.items() if td.engine == "spark"}
+    if output and not (stat or name_only) and (fmt == "lance" or (spark_tables and fmt == "parquet")):
+        # Spark tables are written by the executors, never collected on the driver.
+        changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
+        for n, td in changed.items():
+            target = output if len(changed) == 1 else f"{output.rstrip('/')}/{n}"
+            writers.write(td, target, fmt, columns=cols, limit=limit, storage_options=repo.table_store.options)
+        emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
+        return
+    _count(obj, d, name_only)
     if name_only:
         names = d.changed_tables()
-        if output:
-            Path(output).write_text("".join(f"{n}\n" for n in names) if fmt != "json" else json.dumps(names) + "\n")
+        if fmt in ("table", "json"):
+            _write_text(obj, output, "\n".join(names) if fmt == "table" else json.dumps(names), names)
         else:
-            emit(obj, names, "\n".join(names) if names else None)
+            print_table(pa.table({"table": pa.array(names, pa.string())}), fmt, output)
         return
     if stat:
         st = d.stat()
-        if fmt == "table" and not obj.json:
+        if fmt == "table":
             lines = [f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
                      f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''}"
                      f"{', indices changed' if r['index_changes'] else ''})"
                      for r in st.to_pylist() if r["status"] != "unchanged" or r["index_changes"]]
-            if output:
-                Path(output).write_text("".join(f"{line}\n" for line in lines))
-            elif lines:
-                click.echo("\n".join(lines))
-        elif fmt == "json" or obj.json:
-            text = json.dumps(st.to_pylist(), indent=2, default=str)
-            Path(output).write_text(text + "\n") if output else click.echo(text)
+            _write_text(obj, output, "\n".join(lines), st.to_pylist())
+        elif fmt == "json":
+            _write_text(obj, output, json.dumps(st.to_pylist(), indent=2, default=str), None)
         else:
             print_table(st, fmt, output)
         return
     changed = {n: td for n, td in d.tables.items() if td.status != "unchanged" or td.index_changes}
     if fmt == "parquet":
-        if not output:
-            fail("--format parquet needs -o FILE")
         if len(changed) == 1:
+            check_output_path(output, "parquet")
             writers.write_parquet(next(iter(changed.values())), output, cols, limit)
         else:
-            Path(output).mkdir(parents=True, exist_ok=True)
+            _parquet_directory(output)
             for n, td in changed.items():
                 writers.write_parquet(td, str(Path(output) / f"{n}.parquet"), cols, limit)
         return
     if fmt == "jsonl":
         # Streamed batch by batch: a large diff never sits in memory as Python objects.
-        with open(output, "w") if output else contextlib.nullcontext(sys.stdout) as sink:
+        with open(output, "w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout) as sink:
             for n, td in changed.items():
                 writers.write_jsonl(td, sink, n, cols, limit)
         return
@@ -169,30 +198,63 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         for n, td in changed.items():
             rows = td.head(limit, cols) if limit is not None else td.rows(cols)
             doc["tables"][n]["rows"] = rows.to_pylist()
-        text = json.dumps(doc, indent=2, default=str)
-    else:
-        parts = []
-        for n, td in changed.items():
-            c = td.counts
-            parts.append(f"=== {n} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
-            for sc in td.schema_changes:
-                parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
-            for ic in td.index_changes:
-                parts.append(f"  index: {ic['change']} {ic['index']} ({ic['kind']} on {', '.join(ic['columns'])})")
-            shown = td.head(50 if limit is None else limit, cols)
-            for r in shown.to_pylist():
-                keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
-                if r["change"] == "update":
-                    before, after = r.get("before") or {}, r.get("after") or {}
-                    cells = "; ".join(f"{col}: {before.get(col)!r} -> {after.get(col)!r}"
-                                      for col in r["changed_columns"] if col in after)
-                    parts.append(f"  ~ {keyv}: {cells}")
-                else:
-                    parts.append(f"  {'+' if r['change'] == 'insert' else '-'} {keyv}")
-            if shown.num_rows < c.rows_changed:
-                parts.append(f"  ... {c.rows_changed - shown.num_rows} more rows (use --limit or --format)")
-        text = "\n".join(parts) if parts else "no changes"
+        _write_text(obj, output, json.dumps(doc, indent=2, default=str), None, always=True)
+        return
+    _write_text(obj, output, "\n".join(_text_parts(changed, limit, cols)) or "no changes", None, always=True)
+
+
+def _count(obj: Context, d, name_only: bool) -> None:
+    """Count every table's changes, with a progress bar on a terminal when it takes a while."""
+    progress = DelayedProgress(len(d.tables), "diff", enabled=sys.stderr.isatty() and not obj.json)
+    try:
+        for name, td in d.tables.items():
+            progress(name, "start")
+            if td.status != "unchanged" and not name_only:
+                td.counts
+            progress(name, "done")
+    finally:
+        progress.close()
+
+
+def _write_text(obj: Context, output: str | None, text: str, data, always: bool = False) -> None:
+    """``text`` to ``output`` (a newline after each line), or to stdout — as JSON ``data`` under
+    --json when given; an empty text prints nothing unless ``always``."""
     if output:
-        Path(output).write_text(text + "\n")
-    else:
+        Path(output).write_text(text + "\n" if text else "", encoding="utf-8")
+    elif data is not None and obj.json:
+        emit(obj, data)
+    elif text or always:
         click.echo(text)
+
+
+def _parquet_directory(output: str) -> None:
+    """The directory that receives one Parquet file per table (its parent was checked up front)."""
+    try:
+        Path(output).mkdir(exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        fail(f"cannot write -o {output}: several tables changed, so it must be a directory, and it is a file")
+
+
+def _text_parts(changed: dict, limit: int | None, cols: list[str] | None) -> list[str]:
+    """The text rendering: per table a header, schema and index changes, then the first rows."""
+    parts = []
+    for n, td in changed.items():
+        c = td.counts
+        parts.append(f"=== {n} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
+        for sc in td.schema_changes:
+            parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
+        for ic in td.index_changes:
+            parts.append(f"  index: {ic['change']} {ic['index']} ({ic['kind']} on {', '.join(ic['columns'])})")
+        shown = td.head(50 if limit is None else limit, cols)
+        for r in shown.to_pylist():
+            keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
+            if r["change"] == "update":
+                before, after = r.get("before") or {}, r.get("after") or {}
+                cells = "; ".join(f"{col}: {before.get(col)!r} -> {after.get(col)!r}"
+                                  for col in r["changed_columns"] if col in after)
+                parts.append(f"  ~ {keyv}: {cells}")
+            else:
+                parts.append(f"  {'+' if r['change'] == 'insert' else '-'} {keyv}")
+        if shown.num_rows < c.rows_changed:
+            parts.append(f"  ... {c.rows_changed - shown.num_rows} more rows (use --limit or --format)")
+    return parts

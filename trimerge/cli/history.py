@@ -39,9 +39,11 @@ def branch_create(obj: Context, name: str, from_ref: str | None) -> None:
 
 @branch.command("list")
 @click.option("--deleted", is_flag=True, help="Deleted branches whose data gc still keeps (to re-create one).")
+@click.option("-v", "--verbose", is_flag=True, help="Also show the branch each one was created from.")
 @common
-def branch_list(obj: Context, deleted: bool) -> None:
-    """List branches (the current one is marked *); --deleted: branches gc still keeps."""
+def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
+    """List branches (the current one is marked *); -v: where each was created from; --deleted:
+    branches gc still keeps."""
     repo = obj.repo()
     if deleted:
         gone = [{"name": r.name, "commit": r.commit_id, "deleted_at": r.deleted_at.isoformat()}
@@ -50,15 +52,26 @@ def branch_list(obj: Context, deleted: bool) -> None:
                                  for r in gone])
         return
     current = repo.current_branch
-    rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent}
-            for b in repo.branches.list()]
-    emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}")
-                             for r in rows])
+    branches = repo.branches.list()
+    names = {b.name for b in branches}
+    rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent,
+             "created_at": b.created_at.isoformat()} for b in branches]
+
+    def origin(r: dict) -> str:
+        if not verbose:
+            return ""
+        if r["parent"] is None:
+            return "\t(root)" if r["name"] == "main" else "\t(from a commit)"
+        return f"\tfrom {r['parent']}" + ("" if r["parent"] in names else " (deleted)")
+
+    emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
+                                        f"{origin(r)}") for r in rows])
 
 
 @branch.command("delete")
 @click.argument("name")
-@click.option("-D", "--force", is_flag=True, help="Delete even if no other branch or tag reaches its tip.")
+@click.option("-D", "--force", is_flag=True,
+              help="Delete even if other branches were created from it or no other branch or tag reaches its tip.")
 @common
 def branch_delete(obj: Context, name: str, force: bool) -> None:
     """Delete branch NAME. Its data stays until 'trimerge gc' runs after the retention period."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -56,6 +55,19 @@ def _parse_strategy(values: tuple[str, ...]):
     return out
 
 
+CONFLICTS_SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
+
+
+def _check_output(path: str, what: str) -> None:
+    from trimerge.lineage.errors import InvalidOperationError
+    from trimerge.lineage.outputs import FILE, check_output
+
+    try:
+        check_output(path, FILE, what)
+    except InvalidOperationError as exc:
+        fail(str(exc))
+
+
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False) -> None:
@@ -63,15 +75,19 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
 
-    repo = obj.repo()
+    # Every output is checked before the repository is even opened: a report or conflicts file
+    # that cannot be written must not follow a merge that ran, or worse, was published.
     for spec in reports:
         fmt, _, path = spec.partition(":")
         if fmt not in FORMATS:
             fail(f"unknown report format {fmt!r} (use {', '.join(FORMATS)})")
-        # Checked before merging: a report that cannot be written must not follow a published merge.
-        folder = Path(path).expanduser().absolute().parent if path else None
-        if folder is not None and not (folder.is_dir() and os.access(folder, os.W_OK)):
-            fail(f"cannot write report {path!r}: folder {folder} does not exist or is not writable")
+        if path:
+            _check_output(path, f"--report {fmt}")
+    if conflicts_file is not None:
+        if Path(conflicts_file).suffix.lower() not in CONFLICTS_SUFFIXES:
+            fail(f"cannot write --conflicts {conflicts_file}: use .parquet, .csv or .jsonl")
+        _check_output(conflicts_file, "--conflicts")
+    repo = obj.repo()
     dest = into or repo.current_branch
     try:
         extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}

@@ -14,15 +14,20 @@ from trimerge.cli.app import (
     EXIT_NO,
     MAX_COUNT,
     Context,
+    check_output_path,
     cli,
     common,
     emit,
     fail,
+    output_format,
     print_table,
     published,
     read_file,
     write_options,
 )
+
+
+READ_FORMATS = ("table", "json", "jsonl", "csv", "parquet", "lance")
 
 
 # ---------------------------------------------------------------------------------------------- repository
@@ -232,8 +237,10 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 @click.option("--columns", default=None, help="Comma-separated columns.")
 @click.option("--where", default=None, help="SQL filter.")
 @click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "jsonl", "csv", "parquet"]), default=None)
-@click.option("-o", "output", default=None, help="Write to a file.")
+@click.option("--format", "fmt", type=click.Choice(READ_FORMATS), default=None,
+              help="Default: from the extension of -o FILE (.parquet, .jsonl, .json, .csv, .lance), else table.")
+@click.option("-o", "output", default=None, metavar="FILE",
+              help="Write to FILE; its extension picks the format (text for no extension or .txt).")
 @click.option("--sort/--no-sort", default=None,
               help="Order rows by primary key (default: yes for --format table, storage order otherwise).")
 @common
@@ -250,10 +257,11 @@ def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output,
         if ref is not None and ref != addr.ref:
             fail(f"address {table_name!r} and --ref {ref!r} disagree")
         table_name, ref = addr.table, addr.ref
+    fmt = output_format(fmt, output, formats=READ_FORMATS, default="json" if obj.json else "table", what="read")
+    check_output_path(output, fmt)  # before the read: a long read must not end in "cannot write"
     repo = obj.open(read_only=True)
     cols = [c.strip() for c in columns.split(",")] if columns else None
     data = repo.read(table_name, ref=ref, columns=cols, filter=where)
-    fmt = fmt or ("json" if obj.json else "table")
     if sort if sort is not None else fmt == "table":
         key = [k for k in repo.primary_key(table_name, ref) if k in data.column_names]
         data = data.sort_by([(k, "ascending") for k in key]) if key else data
