@@ -241,6 +241,22 @@ def create(tx: TableWriter, table: str, spec: IndexSpec) -> None:
     tx.set_index_params(table, record(tx.table_version(table).index_params, spec))
 
 
+def around_column_rewrite(tx: TableWriter, table: str, column: str, op: str,
+                          rewrite: Callable[["lance.LanceDataset"], Any]) -> None:
+    """Rewrite ``column`` (a type change: not row-level) under its indices: Lance refuses to cast
+    an indexed column, so they are dropped first and built again on the rewritten data."""
+    affected = [i for i in list_indices(tx.dataset(table), tx.table_version(table)) if column in i.columns]
+
+    def change(ds: "lance.LanceDataset") -> None:
+        for info in affected:
+            ds.drop_index(info.name)
+        rewrite(ds)
+
+    tx.write_table(table, op, change, row_level=False)
+    for info in affected:
+        create(tx, table, IndexSpec(info.name, column, info.kind, dict(info.params)))
+
+
 def drop(tx: TableWriter, table: str, name: Any) -> None:
     """Drop the index ``name`` (checked first: an unknown name is a clear error, nothing written)."""
     names = [i["name"] for i in lance_indices(tx.dataset(table))]

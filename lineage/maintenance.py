@@ -45,7 +45,9 @@ class Policy:
 
 
 def small_fragments(ds: "lance.LanceDataset", small_rows: int, foreign: Sequence[int] = ()) -> int:
-    return sum(1 for f in ds.get_fragments() if f.metadata.physical_rows < small_rows and f.fragment_id not in foreign)
+    """Small fragments upkeep may compact (see :func:`compaction_options` for those it may not)."""
+    excluded = set(compaction_options(ds, foreign).get("excluded_fragment_ids", ()))
+    return sum(1 for f in ds.get_fragments() if f.metadata.physical_rows < small_rows and f.fragment_id not in excluded)
 
 
 def needs_compaction(ds: "lance.LanceDataset", policy: Policy, foreign: Sequence[int] = ()) -> bool:
@@ -63,17 +65,18 @@ def needs_key_index(ds: "lance.LanceDataset", primary_key: Sequence[str], policy
 
 def compaction_options(ds: "lance.LanceDataset", foreign: Sequence[int]) -> dict[str, Any]:
     """Options every compaction of trimerge passes Lance: fragments of an import's source are left
-    alone (rewriting them would copy the source in), and an index that lives in another base (a
-    fork's parent, an import's source) is remapped lazily — pylance 14 writes an eagerly remapped
-    index into the dataset's own folder but keeps the old base, and then cannot find it."""
+    alone (rewriting them would copy the source in), and so are fragments covered by an index that
+    lives in another base (a fork's parent, an import's source). pylance 14 writes such an index,
+    remapped, into the dataset's own folder but keeps the old base, and then cannot find it; its
+    lazy remap (``defer_index_remap``) is not supported with stable row ids. Those fragments are
+    the ones a branch inherited, not the small ones its own writes add."""
     from trimerge.lineage.indices import lance_indices
 
-    options: dict[str, Any] = {}
-    if foreign:
-        options["excluded_fragment_ids"] = list(foreign)
-    if any(i.get("base_id") is not None for i in lance_indices(ds)):
-        options["defer_index_remap"] = True
-    return options
+    excluded = set(foreign)
+    for info in lance_indices(ds):
+        if info.get("base_id") is not None:
+            excluded |= set(info["fragment_ids"])
+    return {"excluded_fragment_ids": sorted(excluded)} if excluded else {}
 
 
 def compact(ds: "lance.LanceDataset", small_rows: int, foreign: Sequence[int] = ()) -> None:

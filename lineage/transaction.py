@@ -480,8 +480,8 @@ class Transaction:
         if not tbl.checked_widening(self.repo.table_store.open_version(self._table(name)).schema, column, data_type, name):
             return
         self._schema_change()
-        self.write_table(name, f"alter {name}.{column}",
-                         lambda ds: ds.alter_columns({"path": column, "data_type": data_type}), row_level=False)
+        indices.around_column_rewrite(self, name, column, f"alter {name}.{column}",
+                                      lambda ds: ds.alter_columns({"path": column, "data_type": data_type}))
         self._schema_changed()
 
     def compact(self, name: str) -> None:

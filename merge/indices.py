@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from trimerge.lineage.indices import list_indices
+from trimerge.lineage.indices import KEY_INDEX, list_indices
 from trimerge.merge.resolve import BASE, OURS, THEIRS
 from trimerge.merge.result import Conflict
 
@@ -25,7 +25,8 @@ def definitions(open_version: Callable[[Any], Any], tv: Any) -> dict[str, tuple]
     """Name -> definition of the indices of a table version (none for a missing table)."""
     if tv is None:
         return {}
-    return {i.name: i.definition for i in list_indices(open_version(tv), tv)}
+    # The key index is upkeep's (see trimerge.lineage.keyed), not a definition a merge carries.
+    return {i.name: i.definition for i in list_indices(open_version(tv), tv) if i.name != KEY_INDEX}
 
 
 def _shown(d: tuple | None) -> dict[str, Any] | None:
@@ -68,7 +69,7 @@ def merge_definitions(table: str, base: Definitions, ours: Definitions, theirs: 
 def reconcile(tx: Any, table: str, wanted: Mapping[str, tuple]) -> None:
     """Make ``table`` in transaction ``tx`` carry exactly the ``wanted`` indices: drop the others,
     build the missing or differently defined ones (only those are trained)."""
-    have = {i.name: i.definition for i in tx.indices(table)}
+    have = {i.name: i.definition for i in tx.indices(table) if i.name != KEY_INDEX}
     columns = set(tx.schema(table).names)
     for name in sorted(have):
         if name not in wanted:

@@ -95,6 +95,10 @@ def table_code(rows: list[dict], schema: pa.Schema) -> str:
     return f"pa.Table.from_pylist({rows!r}, schema={schema_code(schema)})"
 
 
+#: Upkeep settings that make tiny tables take the keyed-write and auto-compaction paths.
+UPKEEP_EAGER = {"index.key_min_rows": 5, "compaction.max_small_fragments": 3}
+
+
 class HistoryBuilder:
     """Applies a history to a fresh repository at ``path``; records a script that does the same."""
 
@@ -105,6 +109,10 @@ class HistoryBuilder:
         self.lines: list[str] = []
         self.applied: Counter = Counter()  # kind -> operations that published (or tried to)
         self.refused: Counter = Counter()  # (kind, error type) -> count
+        if init_seed % 2:  # every other history: keyed writes through the key index, eager compaction
+            for name, value in UPKEEP_EAGER.items():
+                self.repo.settings.set(name, value)
+                self.emit(f"repo.settings.set({name!r}, {value!r})")
         self.tips = {"main": self.repo.resolve("main").id}
         self._name_new_commits()
         rng = random.Random(init_seed)
