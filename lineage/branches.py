@@ -57,7 +57,7 @@ class BranchManager:
         repo = self.repo
         repo.check_writable()
         validate_branch_name(name)
-        source = repo.current_branch if from_ref is None else from_ref
+        source = repo.default_ref(from_ref)  # HEAD too: the branch it names is the new one's origin
         commit = repo.resolve(source)
         repo.check_readable(commit)
         parent = source if self.exists(source) else None

@@ -1,16 +1,20 @@
 """SQL filters (``--where``, ``filter=``): parsed and measured once, before Lance sees them.
 
 Lance parses a filter with sqlparser and plans it with DataFusion; both recurse over the
-expression. Measured with pylance 14 (``tests/test_filter_limits.py`` probes these numbers in
-subprocesses, so a new Lance that lowers them fails a test instead of a user):
+expression. Measured with pylance 14, each probe in a subprocess (``tests/test_filter_limits.py``
+runs filters at the limits below through Lance the same way, so a Lance that handles less fails
+a test instead of a user):
 
 * a left-deep chain of one binary operator (``1+1+…``, ``-``, ``*``, ``||``, ``=``, ``<``, …)
   crashes the process (SIGSEGV on a Lance worker thread, whatever the caller's stack) at about
   830 operators, and costs seconds from 400 on (delete: 2 s at 400, 5 s at 600);
 * ``AND``/``OR`` chains do not crash up to 5,000 terms (1.5 s at 4,000);
+* ``coalesce``/``nvl``/``ifnull`` with a nested call in a first argument, and ``NOT BETWEEN``,
+  are rewritten by repeating an operand: nested, the work doubles per level (16 deep: 1.5-17 s,
+  20: minutes or the memory);
 * nesting — brackets, function calls, ``CAST``, ``NOT``, unary minus, a right operand — is cut
-  by sqlparser's recursion limit at about 47 levels; near it some forms (``CAST(CAST(…``,
-  ``NOT (NOT (…``) backtrack exponentially and hang for minutes instead of failing;
+  by sqlparser's recursion limit at about 47 levels; just past it some forms (``CAST(CAST(…``,
+  ``TRY_CAST``, ``NOT (NOT (…``) backtrack exponentially and hang for minutes instead of failing;
 * ``IN`` lists plan in about 3 s at 100,000 values (17 s at 300,000); a function's argument
   list takes as long at a tenth of that width.
 
@@ -22,8 +26,10 @@ A filter is therefore refused with one clear line (:class:`InvalidOperationError
 * nests more than :data:`MAX_FILTER_NESTING` levels (brackets, calls, ``NOT``, unary signs,
   right operands — each as sqlparser recurses on it);
 * is more than :data:`MAX_FILTER_DEPTH` operators deep, not counting ``AND``/``OR``;
+* nests ``coalesce``/``nvl``/``ifnull`` calls and ``BETWEEN`` more than
+  :data:`MAX_FILTER_EXPANSIONS` deep on one path;
 * chains more than :data:`MAX_FILTER_TERMS` ``AND``/``OR`` terms on one path;
-* has more than :data:`MAX_FILTER_NODES` parts besides literal lists, more than
+* has more than :data:`MAX_FILTER_NODES` tokens besides literal lists, more than
   :data:`MAX_IN_VALUES` values in one ``IN (...)`` list or in all lists together, or more than
   :data:`MAX_LIST_ITEMS` items in one argument list or array.
 
@@ -48,9 +54,10 @@ MAX_FILTER_CHARS = 1_000_000
 MAX_FILTER_NESTING = 32  # sqlparser gives up at ~47 and may hang just before: keep well below
 MAX_FILTER_DEPTH = 128  # operators on one path besides AND/OR: crash at ~830, seconds from 400
 MAX_FILTER_TERMS = 1_024  # AND/OR on one path: fine at 5,000
-MAX_FILTER_NODES = 20_000  # parts besides literal lists: bounds the time of our parse and Lance's plan
+MAX_FILTER_NODES = 20_000  # tokens besides literal lists: bounds the time of our parse and Lance's plan
 MAX_IN_VALUES = 100_000  # values in one IN list, and in all lists together
 MAX_LIST_ITEMS = 10_000  # items of one argument list or array literal
+MAX_FILTER_EXPANSIONS = 8  # coalesce/nvl/ifnull, BETWEEN nested on one path: 2^n work (12: ~0.1-1 s)
 
 _COLLAPSE_AT = 8  # a run of more literal items than this is parsed as two
 
@@ -72,7 +79,8 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 # A run of plain literal list items, each followed by its comma ("1, -2, 'a', NULL, "): read in
 # one regex step and parsed as two items, since they add width to a list, never depth.
-_ITEM = r"\s*(?:[-+]\s*)?(?:0[xX][0-9A-Fa-f]+|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|'(?:[^']|'')*'|(?i:true|false|null)\b)\s*,"
+_ITEM = (r"\s*(?:[-+]\s*)?(?:0[xX][0-9A-Fa-f]+|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+         r"|'(?:[^']|'')*'|(?i:true|false|null)\b)\s*,")
 _RUN = re.compile(f"(?:{_ITEM}){{{_COLLAPSE_AT},}}")
 _ONE_ITEM = re.compile(_ITEM)
 
@@ -81,14 +89,15 @@ _ONE_ITEM = re.compile(_ITEM)
 class FilterShape:
     """What :func:`measure_filter` found: the limits above are checked against these."""
 
-    tokens: int = 0  # tokens besides the shortened literal runs
+    tokens: int = 0  # tokens besides the shortened literal runs: the "parts" MAX_FILTER_NODES bounds
     nesting: int = 0
     depth: int = 0
     terms: int = 0
-    nodes: int = 0
+    nodes: int = 0  # of the parsed tree (0 when not parsed)
     in_values: int = 0  # largest IN list
     list_items: int = 0  # largest other list
     values: int = 0  # literal values in lists, all together
+    expansions: int = 0  # coalesce/nvl/ifnull and BETWEEN nested on one path
     parsed: bool = False
     text: str = field(default="", repr=False)  # what was parsed: the filter with long literal runs shortened
 
@@ -99,8 +108,11 @@ def check_filter(text: Any, what: str = "filter") -> str:
     limits = ((shape.nesting, MAX_FILTER_NESTING,
                "nests {n} levels deep (brackets, function calls, CAST, NOT, signs; the limit is {m})"),
               (shape.depth, MAX_FILTER_DEPTH, "is {n} operators deep (the limit is {m}); split it into several calls"),
-              (shape.terms, MAX_FILTER_TERMS, "chains {n} AND/OR terms (the limit is {m}); use IN (...) for long lists"),
-              (shape.nodes, MAX_FILTER_NODES, "has {n} parts (the limit is {m}); use IN (...) for long lists"),
+              (shape.expansions, MAX_FILTER_EXPANSIONS,
+               "nests coalesce, nvl, ifnull or BETWEEN {n} deep (the limit is {m}: each level doubles Lance's work)"),
+              (shape.terms, MAX_FILTER_TERMS,
+               "chains {n} AND/OR terms (the limit is {m}); use IN (...) for long lists"),
+              (shape.tokens, MAX_FILTER_NODES, "has {n} parts (the limit is {m}); use IN (...) for long lists"),
               (shape.in_values, MAX_IN_VALUES, "lists {n} values in one IN (...) (the limit is {m})"),
               (shape.values, MAX_IN_VALUES, "lists {n} values in all (the limit is {m})"),
               (shape.list_items, MAX_LIST_ITEMS, "passes {n} items in one argument list or array (the limit is {m})"))
@@ -127,9 +139,7 @@ def measure_filter(text: Any, what: str = "filter") -> FilterShape:
         raise InvalidOperationError(f"{what} is not valid Unicode") from None
     shape = _scan(text, what)
     if shape.nesting > MAX_FILTER_NESTING or shape.tokens > MAX_FILTER_NODES or shape.tokens <= MAX_FILTER_NESTING:
-        # Too deep or too large to be worth parsing — or too short to break any limit.
-        shape.nodes = shape.tokens
-        return shape
+        return shape  # too deep or too large to be worth parsing — or too short to break any limit
     _measure_tree(shape, what)
     return shape
 
@@ -236,9 +246,9 @@ def _measure_tree(shape: FilterShape, what: str) -> None:
         shape.nesting = max(shape.nesting, MAX_FILTER_NESTING + 1)
         return
     except sqlshape.ParseError as exc:
-        raise InvalidOperationError(f"{what}: not a SQL expression Lance could read: {exc}") from None
+        raise InvalidOperationError(f"{what}: not a SQL expression ({exc})") from None
     shape.parsed = True
-    shape.nodes, shape.depth, shape.terms, nesting = sqlshape.measure(tree)
+    shape.nodes, shape.depth, shape.terms, nesting, shape.expansions = sqlshape.measure(tree)
     shape.nesting = max(shape.nesting, nesting)
 
 

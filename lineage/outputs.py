@@ -2,8 +2,9 @@
 with one line (:class:`InvalidOperationError`) before anything is read, computed or published.
 
 Checked on a local path: the parent folder exists and is a folder; a file is not expected where a
-directory stands (or the reverse); the process may create or replace the entry; the file system
-is not mounted read-only. A remote URI (``s3://…``) is left to the store: asking it costs a
+directory stands (or the reverse); the process may create or replace the entry (its mode bits,
+then a real attempt: a new entry is created and removed at once, an existing file opened for
+writing without truncating it); the file system is not mounted read-only. A remote URI (``s3://…``) is left to the store: asking it costs a
 request and proves little. Writing can still fail later (a full disk): that is one clear line too.
 """
 
@@ -24,11 +25,13 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.lower().startswith("file://")
 
 
-def local_path(path: str) -> Path:
-    """``path`` as a local, absolute path (``file://`` and ``~`` understood)."""
-    if path.lower().startswith("file://"):
+def local_path(path: str, uri: bool = False) -> Path:
+    """``path`` as a local, absolute path, as the writers read it: a ``~`` stays a name (the shell
+    expands it before trimerge sees it, if at all), ``file://`` is understood only in a ``uri``
+    (a Lance dataset's); file writers would take it for a folder named ``file:``."""
+    if uri and path.lower().startswith("file://"):
         path = path[len("file://"):]
-    return Path(path).expanduser().absolute()
+    return Path(path).absolute()
 
 
 def check_output(path: object, kind: str = FILE, what: str = "output") -> None:
@@ -40,7 +43,7 @@ def check_output(path: object, kind: str = FILE, what: str = "output") -> None:
         raise InvalidOperationError(f"{what}: the path {path!r} holds a NUL character")
     if is_remote(path):
         return
-    p = local_path(path)
+    p = local_path(path, uri=kind == DIRECTORY)
     try:
         st = os.stat(p)
     except FileNotFoundError:
@@ -59,7 +62,25 @@ def check_output(path: object, kind: str = FILE, what: str = "output") -> None:
         raise InvalidOperationError(f"cannot write {what} {path}: {_reason(exc)}") from None
     if not stat.S_ISDIR(parent_st.st_mode):
         raise InvalidOperationError(f"cannot write {what} {path}: {parent} is not a folder")
-    _check_writable(parent, what, path, f"cannot create files in {parent}")
+    _check_writable(parent, what, path, f"permission denied (cannot create files in {parent})")
+    _probe_create(p, kind, what, path)
+
+
+def _probe_create(p: Path, kind: str, what: str, path: str) -> None:
+    """Create the entry and take it away again: the only answer that holds for root, for /proc
+    and the like, and for rules no mode bit shows. Nothing stays behind (a folder's timestamp
+    moves)."""
+    try:
+        if kind == DIRECTORY:
+            os.mkdir(p)
+            os.rmdir(p)
+        else:
+            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.unlink(p)
+    except FileExistsError:  # created meanwhile by someone else: theirs to keep, and writable enough
+        return
+    except OSError as exc:
+        raise InvalidOperationError(f"cannot write {what} {path}: {_reason(exc)}") from None
 
 
 def _check_existing(p: Path, st: os.stat_result, kind: str, what: str, path: str) -> None:
@@ -72,6 +93,11 @@ def _check_existing(p: Path, st: os.stat_result, kind: str, what: str, path: str
         _check_writable(p, what, path, "permission denied")
     elif not os.access(p, os.W_OK):  # a device or a pipe (/dev/null, /dev/stdout): only the permission
         raise InvalidOperationError(f"cannot write {what} {path}: permission denied")
+    if stat.S_ISREG(st.st_mode):
+        try:  # opened for writing, not truncated: the file stays as it is
+            os.close(os.open(p, os.O_WRONLY))
+        except OSError as exc:
+            raise InvalidOperationError(f"cannot write {what} {path}: {_reason(exc)}") from None
 
 
 def _check_writable(p: Path, what: str, path: str, denied: str) -> None:

@@ -150,6 +150,10 @@ class TrimergeGroup(click.Group):
             _reader_went_away()
         except (OSError, RuntimeError) as exc:
             code = _environment_errno(exc)
+            if code is None and isinstance(exc, OSError) and exc.filename and not os.environ.get("TRIMERGE_DEBUG"):
+                # A path the checks up front could not judge (/proc, a file removed meanwhile).
+                say_error(f"{exc.strerror or exc}: {exc.filename}", "EnvironmentError", EXIT_BAD_INPUT)
+                ctx.exit(EXIT_BAD_INPUT)
             if code is None or os.environ.get("TRIMERGE_DEBUG"):
                 raise
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
@@ -308,7 +312,11 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
         else:
             import lance
 
-            lance.write_dataset(table, output, mode="overwrite")
+            from trimerge.lineage.outputs import is_remote, local_path
+
+            # "create" where nothing is yet: Lance warns on stderr when "overwrite" finds nothing.
+            fresh = not is_remote(output) and not local_path(output, uri=True).exists()
+            lance.write_dataset(table, output, mode="create" if fresh else "overwrite")
         return
     df = pl.from_arrow(table)
     if fmt == "json":

@@ -162,18 +162,20 @@ def commit_show(obj: Context, ref: str) -> None:
     """Show one commit (any ref expression)."""
     repo = obj.repo()
     c = repo.resolve(ref)
+    emit(obj, c.summary(), lambda: click.echo("\n".join(commit_text(repo, c))))
 
-    def text() -> None:
-        click.echo(f"commit {c.id}\nulid   {c.ulid}")
-        if c.parents:
-            click.echo("parents " + " ".join(repo.short_id(p) for p in c.parents))
-        click.echo(f"actor  {c.actor}\ndate   {c.created_at.isoformat()}\nbranch {c.branch}\n\n    {c.message}\n")
-        for k, v in sorted(c.metadata.items()):
-            click.echo(f"    {k}: {v}")
-        for name, tv in sorted(c.tables.items()):
-            click.echo(f"  {name:<20} {tv.lance_branch} v{tv.version}  key ({', '.join(tv.primary_key)})")
 
-    emit(obj, c.summary(), text)
+def commit_text(repo, c) -> list[str]:
+    """The lines ``commit show`` prints for commit ``c``."""
+    lines = [f"commit {c.id}", f"ulid   {c.ulid}"]
+    if c.parents:
+        lines.append("parents " + " ".join(repo.short_id(p) for p in c.parents))
+    lines += [f"actor  {c.actor}", f"date   {c.created_at.isoformat()}", f"branch {c.branch}", "",
+              f"    {c.message}", ""]
+    lines += [f"    {k}: {v}" for k, v in sorted(c.metadata.items())]
+    lines += [f"  {name:<20} {tv.lance_branch} v{tv.version}  key ({', '.join(tv.primary_key)})"
+              for name, tv in sorted(c.tables.items())]
+    return lines
 
 
 @cli.command()
@@ -245,3 +247,7 @@ def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus)
     emit(obj, out, "\n".join(out) if out else None)
     if not out:
         sys.exit(EXIT_NO)
+
+
+# ``status`` and ``show`` live in their own module; importing it registers them with the CLI.
+from trimerge.cli import status as _status_commands  # noqa: E402,F401

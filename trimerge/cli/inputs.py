@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from trimerge.lineage.errors import InvalidOperationError, lance_message
 
 TEXT_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+BINARY_SUFFIXES = (".lance", ".parquet", ".pq", ".arrow", ".feather", ".ipc")
 # UTF-32 before UTF-16: the UTF-32-LE mark begins with the UTF-16-LE one.
 BOMS = ((codecs.BOM_UTF32_LE, "UTF-32-LE"), (codecs.BOM_UTF32_BE, "UTF-32-BE"), (codecs.BOM_UTF8, "UTF-8"),
         (codecs.BOM_UTF16_LE, "UTF-16-LE"), (codecs.BOM_UTF16_BE, "UTF-16-BE"))
@@ -37,12 +38,12 @@ def read_file(path: str) -> Any:
     if not p.exists():
         raise InvalidOperationError(f"no such file: {path}")
     suffix = p.suffix.lower()
-    known = p.is_dir() or suffix in (".lance", ".parquet", ".pq", ".arrow", ".feather", ".ipc") or suffix in TEXT_SUFFIXES
+    known = p.is_dir() or suffix in BINARY_SUFFIXES or suffix in TEXT_SUFFIXES
     if not known:
         raise InvalidOperationError(f"cannot read {path}: unknown format (use .csv, .parquet, .jsonl, .json, .arrow "
                                     "or a Lance dataset)")
     try:
-        with _utf8(p, path) as source:
+        with _utf8(p, path) as source, _stderr_held():
             return _read(source, suffix, p.is_dir())
     except InvalidOperationError:
         raise
@@ -52,6 +53,33 @@ def read_file(path: str) -> Any:
         if not (is_panic(exc) or _reader_error(exc)):
             raise
         raise InvalidOperationError(f"cannot read {path}: {_explain(p, exc)}") from None
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[None]:
+    """Hold what native code writes on file descriptor 2 while a file is read: a Rust panic prints
+    its own lines there before it reaches Python. Replayed unless the read panicked (the panic is
+    then said in one line)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        replay = True
+        try:
+            yield
+        except BaseException as exc:
+            replay = not is_panic(exc)
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if replay:
+                held.seek(0)
+                with contextlib.suppress(OSError):
+                    os.write(2, held.read())
 
 
 def _read(source: Path, suffix: str, is_dir: bool) -> Any:
@@ -89,6 +117,8 @@ def _explain(p: Path, exc: BaseException) -> str:
         bad = first_invalid_utf8(p)
         if bad is not None:
             offset, line, byte = bad
+            if offset + 4 > p.stat().st_size and _truncated_utf8(p, offset):
+                return f"not UTF-8: it ends in the middle of a character at offset {offset} (truncated?)"
             return (f"not UTF-8: byte 0x{byte:02x} at offset {offset} (line {line}) is not valid UTF-8; save the "
                     f"file as UTF-8 (from Latin-1: iconv -f LATIN1 -t UTF-8 {p.name})")
     if is_panic(exc):
@@ -115,7 +145,7 @@ def _utf8(p: Path, path: str) -> Iterator[Path]:
         if guess:
             raise InvalidOperationError(
                 f"cannot read {path}: it looks like {guess} text without a byte order mark; save it as UTF-8 "
-                f"(iconv -f {guess.replace('-', '')} -t UTF-8 {p.name})")
+                f"(iconv -f {guess[:-3]}{guess[-2:]} -t UTF-8 {p.name})")
         yield p
         return
     fd, tmp = tempfile.mkstemp(prefix="trimerge-input-", suffix=p.suffix.lower())
@@ -142,7 +172,8 @@ def _transcode(p: Path, path: str, encoding: str, out: Any) -> None:
                 text = decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as exc:
                 at = offset - pending + exc.start
-                what = "ends in the middle of a character (truncated?)" if not chunk else f"has an invalid {encoding} sequence"
+                what = ("ends in the middle of a character (truncated?)" if not chunk
+                        else f"has an invalid {encoding} sequence")
                 raise InvalidOperationError(f"cannot read {path}: {encoding} text (byte order mark) that {what} "
                                             f"at byte {at}") from None
             out.write(text.encode("utf-8"))
@@ -168,6 +199,18 @@ def _bomless_wide(head: bytes) -> str | None:
     if zeros[0] + zeros[2] >= 1.8 * quarter and zeros[1] + zeros[3] < 0.5 * quarter:
         return "UTF-16-BE"
     return None
+
+
+def _truncated_utf8(p: Path, offset: int) -> bool:
+    """Whether the bytes from ``offset`` to the end are the start of a valid UTF-8 character."""
+    with open(p, "rb") as f:
+        f.seek(offset)
+        tail = f.read()
+    try:
+        tail.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data"
+    return False
 
 
 def first_invalid_utf8(p: Path) -> tuple[int, int, int] | None:
