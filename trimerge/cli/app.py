@@ -350,3 +350,20 @@ def graph_text(repo, starts: list[str], first_parent: bool = False, limit: int |
         return f"{repo.short_id(cid)} {c.actor}: {c.message}{refs}"
 
     return graph_lines(repo.graph, starts, label, first_parent=first_parent, limit=limit)
+
+
+def table_address(obj: Context, table_name: str, ref: str | None) -> tuple[str, str | None]:
+    """A TABLE argument that may be an address ``REPO::REF::TABLE``: (table, ref), the repository
+    taken from the address; an address that disagrees with ``--ref`` is one clear line."""
+    from trimerge.lineage.address import is_address, parse_address
+
+    if not is_address(table_name):
+        return table_name, ref
+    addr = parse_address(table_name)
+    if addr.repository is not None:
+        obj.path = addr.repository
+    if addr.table is None:
+        fail(f"address {table_name!r} names no table")
+    if ref is not None and ref != addr.ref:
+        fail(f"address {table_name!r} and --ref {ref!r} disagree")
+    return addr.table, addr.ref

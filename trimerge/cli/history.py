@@ -247,7 +247,3 @@ def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus)
     emit(obj, out, "\n".join(out) if out else None)
     if not out:
         sys.exit(EXIT_NO)
-
-
-# ``status`` and ``show`` live in their own module; importing it registers them with the CLI.
-from trimerge.cli import status as _status_commands  # noqa: E402,F401

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from trimerge.cli.app import Context, cli, common, fail, print_table
+from trimerge.cli.app import table_address, Context, cli, common, fail, print_table
 
 
 def _vector(text: str) -> object:
@@ -68,19 +68,9 @@ def search(obj: Context, table_name: str, vector, text, column, k, where, ref, c
     """Rows of TABLE (or an address REPO::REF::TABLE) nearest to --vector, or best matching --text.
 
     Prints the key columns, --columns, then _distance (ascending) or _score (descending)."""
-    from trimerge.lineage.address import is_address, parse_address
-
     if (vector is None) == (text is None):
         fail("search needs exactly one of --vector or --text")
-    if is_address(table_name):
-        addr = parse_address(table_name)
-        if addr.repository is not None:
-            obj.path = addr.repository
-        if addr.table is None:
-            fail(f"address {table_name!r} names no table")
-        if ref is not None and ref != addr.ref:
-            fail(f"address {table_name!r} and --ref {ref!r} disagree")
-        table_name, ref = addr.table, addr.ref
+    table_name, ref = table_address(obj, table_name, ref)
     query = _vector(vector) if vector is not None else None
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     repo = obj.open(read_only=True)

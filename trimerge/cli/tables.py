@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from trimerge.cli.app import (
+    table_address,
     EXIT_NO,
     MAX_COUNT,
     Context,
@@ -246,17 +247,7 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 @common
 def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output, sort) -> None:
     """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
-    from trimerge.lineage.address import is_address, parse_address
-
-    if is_address(table_name):
-        addr = parse_address(table_name)
-        if addr.repository is not None:
-            obj.path = addr.repository
-        if addr.table is None:
-            fail(f"address {table_name!r} names no table")
-        if ref is not None and ref != addr.ref:
-            fail(f"address {table_name!r} and --ref {ref!r} disagree")
-        table_name, ref = addr.table, addr.ref
+    table_name, ref = table_address(obj, table_name, ref)
     fmt = output_format(fmt, output, formats=READ_FORMATS, default="json" if obj.json else "table", what="read")
     check_output_path(output, fmt)  # before the read: a long read must not end in "cannot write"
     repo = obj.open(read_only=True)
