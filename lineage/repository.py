@@ -463,14 +463,18 @@ class Repository:
                 tx.optimize(name)
         return tx.commit
 
-    def add_columns(self, table: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *,
+    def add_columns(self, table: str, fields: Any, *,
                     branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:
-        """Add nullable columns (existing rows get nulls)."""
+        """Add nullable columns: pyarrow fields (existing rows get nulls), or a table of key +
+        new columns whose values fill those rows, writing only the new columns
+        (see :meth:`Transaction.add_columns`)."""
         import pyarrow as pa
 
         from trimerge.lineage.tables import field_name
 
-        names = [field_name(f) if isinstance(f, pa.Field) else str(f) for f in _listed(fields, single=pa.Field)]
+        listed = _listed(fields, single=pa.Field) if isinstance(fields, (pa.Field, pa.Schema, list, tuple)) else \
+            [str(c) for c in (fields.column_names if isinstance(fields, pa.Table) else getattr(fields, "columns", []))]
+        names = [field_name(f) if isinstance(f, pa.Field) else str(f) for f in listed]
         return self._write("add_columns", f"Add column(s) {', '.join(names)} to {table}", table, fields,
                            branch=branch, actor=actor, message=message)
 

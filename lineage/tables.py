@@ -279,19 +279,23 @@ def key_filter(primary_key: Sequence[str], values: Sequence[Any]) -> str | pc.Ex
     return expr
 
 
-def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table, *, with_row_address: bool = False) -> pa.Table:
+def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table, *, with_row_address: bool = False,
+                   columns: Sequence[str] | None = None, with_row_id: bool = False) -> pa.Table:
     """The rows of ``ds`` whose key is in ``keys`` (a table of the key columns), read by a filter
     on the first key column (cost follows the number of keys, not the table; a scalar index on
-    that column answers it without a scan). ``with_row_address`` adds ``_rowaddr``."""
+    that column answers it without a scan). ``with_row_address`` adds ``_rowaddr``, ``with_row_id``
+    ``_rowid``; ``columns`` limits the columns read (they must include the key)."""
+    extra = {"with_row_address": with_row_address, "with_row_id": with_row_id,
+             **({"columns": list(columns)} if columns is not None else {})}
     first = keys.column_names[0]
     values = pc.unique(keys.column(first))
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         # Lance cannot push an Arrow filter on a large_* column (Substrait); SQL literals work.
-        parts = [ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})",
-                             with_row_address=with_row_address) for part in _slices(values.to_pylist(), 1000)]
-        found = pa.concat_tables(parts) if parts else ds.to_table(limit=0, with_row_address=with_row_address)
+        parts = [ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})", **extra)
+                 for part in _slices(values.to_pylist(), 1000)]
+        found = pa.concat_tables(parts) if parts else ds.to_table(limit=0, **extra)
     else:
-        found = ds.to_table(filter=pc.field(first).isin(values), with_row_address=with_row_address)
+        found = ds.to_table(filter=pc.field(first).isin(values), **extra)
     if keys.num_columns == 1:
         return found
     at, _ = matching_positions(found, keys, keys.column_names)

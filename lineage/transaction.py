@@ -17,6 +17,7 @@ from ulid import ULID
 
 from trimerge.lineage import indices, keyed, maintenance
 from trimerge.lineage import tables as tbl
+from trimerge.lineage.boundary import guard_class
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
     AlreadyExistsError,
@@ -303,28 +304,39 @@ class Transaction:
 
     def update(self, name: str, data: Any) -> None:
         """Change some columns of existing rows: ``data`` holds the key columns and the columns to
-        change; the other columns keep their values. Every key must exist. Reads only those rows."""
+        change; the other columns keep their values. Every key must exist. Per fragment, the
+        changed columns are written as a new column file, or the touched rows are rewritten whole,
+        whichever writes less (:mod:`trimerge.lineage.columnwrites`)."""
+        from trimerge.lineage import columnwrites
+
         self._require_open()
         tv = self._table(name)
         table = tbl.to_arrow(data)
         pk = list(tv.primary_key)
         tbl.check_primary_key(table, tv.primary_key, f"update {name}")
-        schema = self.repo.table_store.open_version(tv).schema
+        stored = self.repo.table_store.open_version(tv)
+        schema = stored.schema
         unknown = [c for c in table.column_names if c not in schema.names]
         if unknown:
             raise SchemaMismatchError(f"update {name}: no column(s) {unknown} (columns: {schema.names})")
         changing = [c for c in table.column_names if c not in pk]
         if not changing:
             raise SchemaMismatchError(f"update {name}: give at least one column to change besides the key {pk}")
-        if table.num_rows:
-            table = tbl.conform(table, pa.schema([schema.field(c) for c in table.column_names]), f"update {name}")
-            current = tbl.rows_with_keys(self.repo.table_store.open_version(tv), table.select(pk))
-            if current.num_rows != table.num_rows:
-                missing = table.num_rows - current.num_rows
-                raise PrimaryKeyError(f"update {name}: {missing} key(s) do not exist; use upsert to insert rows")
-            table = tbl.replace_columns(current, table, pk, changing).select(schema.names)
-        self.upsert(name, table)
-        self._ops[-1] = f"update {name}"
+        if not table.num_rows:
+            self.upsert(name, table)
+            self._ops[-1] = f"update {name}"
+            return
+        table = tbl.conform(table, pa.schema([schema.field(c) for c in table.column_names]), f"update {name}")
+        plan = columnwrites.plan_column_update(stored, table, pk, f"update {name}")
+        if plan.by_fragment:
+            ds = columnwrites.write_columns(self._writable(name), table, plan, pk)
+            self._ops.append(f"update {name}")
+            self._written(name, ds.version, ds)
+        rest = table.take(pa.array(plan.row_positions, pa.int64()))
+        if rest.num_rows or not plan.by_fragment:
+            current = tbl.rows_with_keys(self.repo.table_store.open_version(self._table(name)), rest.select(pk))
+            self.upsert(name, tbl.replace_columns(current, rest, pk, changing).select(schema.names))
+            self._ops[-1] = f"update {name}"
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""
@@ -454,15 +466,43 @@ class Transaction:
     def _schema_changed(self) -> None:
         """A schema change was written (the lock is kept until the commit is published)."""
 
-    def add_columns(self, name: str, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> None:
-        """Add nullable columns, filled with nulls."""
+    def add_columns(self, name: str, fields: Any) -> None:
+        """Add nullable columns. ``fields``: pyarrow fields (every row gets nulls; metadata only),
+        or a table (pyarrow, polars, pandas) of key columns + new columns whose values fill the
+        rows of those keys — only the new columns are written (other rows get nulls). Every key
+        of such a table must be stored, once."""
+        from trimerge.lineage import columnwrites
+
         self._require_open()
-        fields = tbl.checked_new_columns(self.repo.table_store.open_version(self._table(name)).schema, fields, name)
+        stored = self.repo.table_store.open_version(self._table(name))
+        pk = list(self._table(name).primary_key)
+        data, plan = None, None
+        if not isinstance(fields, (pa.Field, pa.Schema, list, tuple)):
+            data = tbl.to_arrow(fields)
+            what = f"add columns to {name}"
+            absent = [k for k in pk if k not in data.column_names]
+            if absent:
+                raise SchemaMismatchError(f"{what}: the data needs the key column(s) {absent} beside the new columns")
+            fields = [data.schema.field(c) for c in data.column_names if c not in pk]
+            if not fields:
+                raise SchemaMismatchError(f"{what}: the data holds no column besides the key {pk}")
+            fields = [f.with_nullable(True) for f in fields]
+        fields = tbl.checked_new_columns(stored.schema, fields, name)
+        if data is not None:
+            target = pa.schema([stored.schema.field(k) for k in pk] + fields)
+            data = tbl.conform(data.select(target.names), target, what)
+            tbl.check_primary_key(data, pk, what)
+            plan = columnwrites.plan_column_update(stored, data, pk, what, mode="always")
         self._schema_change()
         # Row-level for the delta plan: a new name is null in every row no later write touched, and
         # an added column counts as changed only where it is not null. (A name dropped earlier
-        # cannot lie inside the chain: drops end it.)
+        # cannot lie inside the chain: drops end it.) Filled values are a column write, which
+        # refreshes the row versions of the rows it fills.
         self.write_table(name, f"add columns {name}", lambda ds: ds.add_columns(fields))
+        if data is not None and plan is not None and plan.by_fragment:
+            ds = columnwrites.write_columns(self._writable(name), data, plan, pk)
+            self._ops.append(f"fill columns {name}")
+            self._written(name, ds.version, ds)
         self._schema_changed()
 
     def drop_columns(self, name: str, columns: Sequence[str]) -> None:
@@ -622,3 +662,6 @@ class Transaction:
         for lock in (self._lock, self._schema_lock):
             if lock is not None:
                 lock.release(untouched=untouched)
+
+
+guard_class(Transaction, extra=("__enter__", "__exit__"))  # the API's edge (lineage/boundary.py)

@@ -1,0 +1,161 @@
+"""Column-level writes: change some columns of existing rows by writing only those columns.
+
+Lance's data evolution stores a fragment's columns in one or more data files. A write that changes
+a few columns of many rows of a fragment can add one new data file holding just those columns for
+the fragment (``LanceFragment.update_columns``: the old file's copy of them is masked), instead of
+deleting the rows and writing them whole elsewhere. Which is cheaper depends on the fragment:
+
+* column write: every physical row of the fragment, but only the changed columns
+  (``physical_rows × bytes per row of the changed columns``);
+* row rewrite: only the touched rows, but every column (``touched rows × bytes per stored row``,
+  the stored row size taken from the fragment's data-file sizes).
+
+:func:`plan_column_update` picks the cheaper one per fragment; :func:`write_columns` writes the
+column part and :func:`commit_columns` commits it as one Lance ``Update`` in ``rewrite_columns``
+mode with the physical offsets of the rows it changed, so Lance refreshes exactly those rows'
+``_row_last_updated_at_version`` (without the offsets, pylance 14 leaves row versions as they were
+and ``delta()`` would not see the write): a column write is a row-level write like any other, and
+the diff's delta plan stays exact across it.
+
+Also here: :func:`merge_new_columns`, which adds filled columns from a table of key + new columns
+writing only those columns (Lance ``merge``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from trimerge.lineage.errors import PrimaryKeyError
+
+if TYPE_CHECKING:
+    import lance
+
+#: ``TRIMERGE_COLUMN_WRITES``: ``auto`` (by cost, the default), ``always`` or ``never`` (tests
+#: force each path to compare them).
+COLUMN_WRITES_ENV = "TRIMERGE_COLUMN_WRITES"
+#: Above this share of the table's rows, keys are located by one scan of the key columns rather
+#: than a filter per key.
+SCAN_SHARE = 0.05
+
+
+def column_write_mode() -> str:
+    import os
+
+    mode = os.environ.get(COLUMN_WRITES_ENV, "auto").strip().lower() or "auto"
+    return mode if mode in ("auto", "always", "never") else "auto"
+
+
+@dataclass
+class ColumnUpdate:
+    """How an update splits: ``by_fragment`` maps fragment id -> positions (in the input) of the
+    rows whose changed columns are written as column files; ``row_positions`` are the input rows
+    left to the row-rewrite path. ``row_ids`` are the stable row ids of the input rows."""
+
+    row_ids: np.ndarray
+    addresses: np.ndarray
+    by_fragment: dict[int, np.ndarray] = field(default_factory=dict)
+    row_positions: np.ndarray = field(default_factory=lambda: np.array([], np.int64))
+
+    @property
+    def column_rows(self) -> int:
+        return int(sum(len(p) for p in self.by_fragment.values()))
+
+
+def locate(ds: "lance.LanceDataset", keys: pa.Table, primary_key: Sequence[str], what: str) -> pa.Table:
+    """For each row of ``keys`` (in order): ``_rowid`` and ``_rowaddr`` of the stored row with that
+    key. Keys that are not stored raise :class:`PrimaryKeyError` naming how many and a few of them.
+    Reads the key columns only: by filter for few keys, by one scan of the key columns for many."""
+    import polars as pl
+
+    pk = list(primary_key)
+    stored_rows = ds.count_rows()
+    if keys.num_rows <= SCAN_SHARE * stored_rows:
+        from trimerge.lineage.tables import rows_with_keys
+
+        found = rows_with_keys(ds, keys.select(pk), columns=pk, with_row_id=True, with_row_address=True)
+    else:
+        found = ds.to_table(columns=pk, with_row_id=True, with_row_address=True)
+    wanted = pl.from_arrow(keys.select(pk)).with_row_index("\x01pos")
+    stored = pl.from_arrow(found.select(pk + ["_rowid", "_rowaddr"]))
+    joined = wanted.join(stored, on=pk, how="left", nulls_equal=True).sort("\x01pos")
+    missing = joined.filter(pl.col("_rowid").is_null())
+    if missing.height:
+        shown = ", ".join(str(tuple(r) if len(pk) > 1 else r[0]) for r in missing.select(pk).head(5).rows())
+        raise PrimaryKeyError(f"{what}: {missing.height} key(s) do not exist (e.g. {shown}); use upsert to insert rows")
+    return joined.select(["_rowid", "_rowaddr"]).to_arrow()
+
+
+def stored_row_bytes(fragment: "lance.LanceFragment") -> float:
+    """Bytes per physical row of a fragment's data files (its stored row width)."""
+    meta = fragment.metadata
+    size = sum(int(d.file_size_bytes or 0) for d in meta.files)
+    return size / max(1, meta.physical_rows)
+
+
+def plan_column_update(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[str], what: str,
+                       mode: str | None = None) -> ColumnUpdate:
+    """Split an update of ``rows`` (key + the changed columns, one row per key, every key stored)
+    between column files and row rewrites, fragment by fragment, by the cost rule of the module."""
+    mode = mode or column_write_mode()
+    located = locate(ds, rows, primary_key, what)
+    ids = located.column("_rowid").to_numpy()
+    addresses = located.column("_rowaddr").to_numpy().astype(np.uint64)
+    plan = ColumnUpdate(row_ids=ids, addresses=addresses)
+    if mode == "never" or not rows.num_rows:
+        plan.row_positions = np.arange(rows.num_rows)
+        return plan
+    changed = [c for c in rows.column_names if c not in primary_key]
+    column_bytes = rows.select(changed).nbytes / max(1, rows.num_rows)
+    fragments = (addresses >> np.uint64(32)).astype(np.int64)
+    order = np.argsort(fragments, kind="stable")
+    bounds = np.flatnonzero(np.diff(fragments[order])) + 1
+    rest = []
+    for positions in np.split(order, bounds):
+        frag = ds.get_fragment(int(fragments[positions[0]]))
+        physical = frag.metadata.physical_rows
+        by_columns = physical * column_bytes
+        by_rows = len(positions) * stored_row_bytes(frag)
+        if mode == "always" or by_columns <= by_rows:
+            plan.by_fragment[int(fragments[positions[0]])] = positions
+        else:
+            rest.append(positions)
+    plan.row_positions = np.sort(np.concatenate(rest)) if rest else np.array([], np.int64)
+    return plan
+
+
+def write_columns(ds: "lance.LanceDataset", rows: pa.Table, plan: ColumnUpdate,
+                  primary_key: Sequence[str]) -> "lance.LanceDataset":
+    """Write the column part of ``plan`` (one new data file per fragment holding the changed
+    columns) and commit it as one Lance ``Update``; returns the dataset at the new version."""
+    from lance import LanceDataset, LanceOperation
+    from pyroaring import BitMap
+
+    changed = [c for c in rows.column_names if c not in primary_key]
+    updated, fields, offsets = [], set(), {}
+    for fragment_id, positions in sorted(plan.by_fragment.items()):
+        take = pa.array(positions)
+        part = rows.select(changed).take(take)
+        part = part.add_column(0, "_rowid", pa.array(plan.row_ids[positions], pa.uint64()))
+        meta, modified = ds.get_fragment(fragment_id).update_columns(part)
+        updated.append(meta)
+        fields.update(int(f) for f in modified)
+        rows_at = (plan.addresses[positions] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        offsets[fragment_id] = BitMap(rows_at.tolist()).serialize()
+    if not updated:
+        return ds
+    op = LanceOperation.Update(updated_fragments=updated, fields_modified=sorted(fields),
+                               update_mode="rewrite_columns", updated_fragment_offsets=offsets)
+    return LanceDataset.commit(ds, op, read_version=ds.version)
+
+
+def merge_new_columns(ds: "lance.LanceDataset", data: pa.Table, primary_key: Sequence[str], what: str) -> None:
+    """Add the non-key columns of ``data`` (key + new columns, one row per stored key at most)
+    as filled columns, writing only them (Lance ``merge``: rows without a match get nulls).
+    Every key of ``data`` must be stored."""
+    pk = list(primary_key)
+    locate(ds, data.select(pk), pk, what)  # every key stored, before any effect
+    ds.merge(data, left_on=pk[0] if len(pk) == 1 else pk, right_on=pk[0] if len(pk) == 1 else pk)
