@@ -16,6 +16,20 @@ from trimerge.lineage.errors import (
 
 __version__ = "0.1.0"
 
+# ``lance_namespace.connect("trimerge", {...})`` / ``lancedb.connect_namespace("trimerge", {...})``: registered
+# when lance_namespace loads (importing it here would cost every command ~1.5 s).
+from trimerge.lineage.namespace_hook import install as _install_namespace  # noqa: E402
+
+_install_namespace()
+
+
+def __getattr__(name: str):
+    if name == "TrimergeNamespace":
+        from trimerge.lineage.namespace import TrimergeNamespace
+
+        return TrimergeNamespace
+    raise AttributeError(f"module 'trimerge' has no attribute {name!r}")
+
 __all__ = ["Address", "AlreadyExistsError", "AmbiguousRefError", "Commit", "ConcurrentWriteError",
            "InvalidNameError", "NotFoundError", "PrimaryKeyError", "Ref", "RefNotFoundError", "RefSyntaxError",
-           "Repository", "SchemaMismatchError", "TrimergeError", "parse_address"]
+           "Repository", "SchemaMismatchError", "TrimergeError", "TrimergeNamespace", "parse_address"]
