@@ -6,3 +6,7 @@ from trimerge.lineage.errors import DiffVerificationError
 
 __all__ = ["Diff", "DiffCounts", "DiffPlan", "DiffVerificationError", "SchemaChange", "TableDiff", "classify", "diff",
            "parse_range"]
+
+from trimerge.lineage.boundary import guarded as _guarded  # noqa: E402 - the API's edge
+
+diff = _guarded(diff)

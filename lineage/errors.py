@@ -114,6 +114,25 @@ class StorageError(TrimergeError):
     unreachable endpoint, a full disk. The message names the location."""
 
 
+class EnvironmentFailureError(StorageError, OSError):
+    """The machine refused: a full disk, a quota, a read-only file system, permission denied, too
+    many open files, an I/O error (see :mod:`trimerge.lineage.boundary`). Still an ``OSError``
+    with the system's ``errno``; the message says what ran out, and nothing was published."""
+
+    def __init__(self, message: str, code: int | None = None, filename: str | None = None,
+                 strerror: str | None = None):
+        StorageError.__init__(self, message)
+        self.errno, self.filename, self.strerror = code, filename, strerror
+
+    __str__ = TrimergeError.__str__
+
+
+class InternalError(TrimergeError):
+    """A bug in trimerge or a dependency (a Rust panic inside Lance, Arrow or polars): exit 4."""
+
+    exit_code = 4
+
+
 class CorruptRepositoryError(TrimergeError):
     """A metadata document cannot be parsed or does not match its id; the message names it."""
 

@@ -183,7 +183,21 @@ def check_writable(path: str) -> None:
 
 
 def write_tables(tables: Iterable[pa.Table], path: str) -> None:
-    """Write conflicts tables one after the other into one file (Parquet, CSV or JSON lines)."""
+    """Write conflicts tables one after the other into one file (Parquet, CSV or JSON lines); a
+    failure to write (a full disk) is one :class:`EnvironmentFailureError` naming the file."""
+    from trimerge.lineage.boundary import describe, environment_failure
+
+    try:
+        _write_tables(tables, path)
+    except OSError as exc:
+        failure = environment_failure(exc)
+        if failure is None:
+            raise
+        raise type(failure)(f"writing conflicts file {path} failed: {describe(exc)}; nothing was published",
+                            failure.errno, path, failure.strerror) from None
+
+
+def _write_tables(tables: Iterable[pa.Table], path: str) -> None:
     check_writable(path)
     suffix = Path(path).suffix.lower()
     csv = suffix == ".csv"
@@ -207,7 +221,7 @@ def write_tables(tables: Iterable[pa.Table], path: str) -> None:
         if writer is None and suffix not in (".jsonl", ".ndjson"):  # no conflicts: the columns alone
             from trimerge.merge.result import CONFLICTS_SCHEMA
 
-            write_tables([CONFLICTS_SCHEMA.empty_table()], path)
+            _write_tables([CONFLICTS_SCHEMA.empty_table()], path)
             return
         if writer is not None:
             writer.close()

@@ -1,15 +1,14 @@
 """The CLI's application: the command group, its context, output, exit codes and error handling.
 
 Exit codes: 0 success; 1 "no" answers (``merge-base --is-ancestor``) and merge conflicts;
-2 bad input or usage; 3 lost a race (retry); 4 internal error; 141 the reader of the output went
-away. Errors print one line, never a traceback (set ``TRIMERGE_DEBUG=1`` to see one); under
+2 bad input or usage; 3 lost a race (retry); 4 internal error; 5 done (published), but an output
+(a report, ``--conflicts``, ``-o``) was not written; 141 the reader of the output went away. Errors print one line, never a traceback (set ``TRIMERGE_DEBUG=1`` to see one); under
 ``--json`` that line is a JSON object ``{"error", "type", "exit_code", "retryable"}``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import os
@@ -19,16 +18,15 @@ from typing import Any, Callable
 
 import click
 
+from trimerge.lineage import boundary
 from trimerge.lineage.errors import TrimergeError, lance_message, one_line
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_OUTPUT_FAILED = 5  # the command did its work (published), but an output file was not written
 EXIT_PIPE = 141  # killed by SIGPIPE, as git is when its reader goes away
 MAX_COUNT = 2**62  # counts (--limit, -n) beyond this are typos, and overflow Arrow's int64 slices
 #: Failures of the machine, not of trimerge: one clear line (exit 2), never "internal error".
-ENVIRONMENT_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-                      errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
-                      errno.EROFS: "read-only file system", errno.EIO: "input/output error",
-                      errno.EMFILE: "too many open files", errno.ENAMETOOLONG: "file name too long"}
+ENVIRONMENT_ERRORS = boundary.ENVIRONMENT_ERRORS
 
 
 class Context:
@@ -172,6 +170,11 @@ class TrimergeGroup(click.Group):
             _internal_error(ctx, exc)
 
 
+def describe_os_error(exc: BaseException) -> str:
+    """Why a write failed, in words (``no space left on the device``), without Lance's source paths."""
+    return boundary.describe(exc)
+
+
 def _internal_error(ctx: click.Context, exc: BaseException) -> None:
     first = str(exc).splitlines()[0] if str(exc) else ""
     say_error(f"{type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", "InternalError",
@@ -202,13 +205,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _environment_errno(exc: BaseException) -> int | None:
     """The errno of a machine failure: Python's own, or the ``(os error N)`` Lance reports in its text."""
-    code = getattr(exc, "errno", None)
-    if code is None:
-        import re
-
-        found = re.search(r"\(os error (\d+)\)", str(exc))
-        code = int(found.group(1)) if found else None
-    return code if code in ENVIRONMENT_ERRORS else None
+    return boundary.environment_errno(exc)
 
 
 def _reader_went_away() -> None:

@@ -10,11 +10,14 @@ import click
 
 from trimerge.cli.app import (
     EXIT_NO,
+    EXIT_OUTPUT_FAILED,
     Context,
     cli,
     common,
+    describe_os_error,
     emit,
     fail,
+    say_error,
 )
 
 
@@ -97,13 +100,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
                     conflicts_file=conflicts_file, verify=verify or None, **extra)
     except MergeConflictError as exc:
         result = exc.result
-    for spec in reports:
-        fmt, _, path = spec.partition(":")
-        text = result.report(fmt)
-        if path:
-            Path(path).write_text(text)
-        else:
-            click.echo(text)
+    published = result.commit is not None and not dry_run
+    unwritten = _write_reports(result, reports, published)
 
     def text() -> None:
         if result.status == "up-to-date":
@@ -132,8 +130,39 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 
     if not (reports and any(":" not in r for r in reports)):
         emit(obj, result.to_json(), text)
+    if unwritten:
+        # The work is done and published: saying "bad input" (2) would tell a script nothing happened.
+        verb = {"merge": "merged", "revert": "reverted", "cherry_pick": "cherry-picked"}.get(fn.__name__, "published")
+        path, why = unwritten
+        say_error(f"{verb} as {result.commit.id}; writing {path} failed: {why}", "OutputNotWritten",
+                  EXIT_OUTPUT_FAILED)
+        sys.exit(EXIT_OUTPUT_FAILED)
     if result.has_conflicts:
         sys.exit(EXIT_NO)
+
+
+def _write_reports(result: Any, reports: tuple[str, ...], published: bool) -> tuple[str, str] | None:
+    """Write every report; after publishing, a failure is returned as (path, why) — the first one —
+    and the other reports are still written. Before publishing (dry run, conflicts) it is an error
+    as any other: nothing changed."""
+    from trimerge.lineage.errors import StorageError
+
+    failed = None
+    for spec in reports:
+        fmt, _, path = spec.partition(":")
+        text = result.report(fmt)
+        if not path:
+            click.echo(text)
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as exc:
+            why = describe_os_error(exc)
+            if not published:
+                raise StorageError(f"writing --report {fmt} {path} failed: {why}; nothing was published") from None
+            failed = failed or (path, why)
+    return failed
 
 
 @cli.command("merge")
