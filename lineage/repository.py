@@ -57,7 +57,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.location import META_DIR, Location
-from trimerge.lineage.marker import REPO_DOC, refuse_to_init
+from trimerge.lineage.marker import REPO_DOC, read_marker, refuse_to_init
 from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
@@ -178,7 +178,7 @@ class Repository:
         """Open a repository. A read-write open recovers interrupted writes first."""
         location = Location.parse(uri, storage_options)
         probe = Documents(location.backend(META_DIR), location.join(META_DIR))
-        doc = probe.get(REPO_DOC)
+        doc = read_marker(probe)
         if not isinstance(doc, dict):
             if not location.is_local:
                 probe.backend.children("")  # a missing bucket or bad credentials say so, not "no repository"
@@ -342,7 +342,12 @@ class Repository:
                     "deleted; it can no longer be branched from or tagged")
 
     def dataset(self, table: str, ref: str | None = None) -> lance.LanceDataset:
-        """The table at ``ref`` as a read-only, version-pinned Lance dataset."""
+        """The table at ``ref`` as a Lance dataset (a pyarrow dataset) pinned at that ref's version.
+
+        For reading (DuckDB, polars, pandas, pyarrow): writing to it (``delete``, ``insert``,
+        ``create_index``...) creates a Lance version no trimerge commit references: reads ignore it,
+        the next trimerge write builds on the commit's version and ``gc`` removes it. Change data
+        through the repository (:meth:`transaction`, :meth:`upsert`, ...)."""
         return self.open_table_version(self.table_version(table, ref))
 
     def read(self, table: str, ref: str | None = None, *, columns: Sequence[str] | None = None,
@@ -420,10 +425,12 @@ class Repository:
         """Insert new keys, update existing ones (rows with identical values are left alone)."""
         return self._write("upsert", f"Upsert into {table}", table, data, branch=branch, actor=actor, message=message)
 
-    def update(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
-               message: str | None = None) -> Commit:
-        """Change some columns of existing rows (``data``: the key plus the columns to change)."""
-        return self._write("update", f"Update {table}", table, data, branch=branch, actor=actor, message=message)
+    def update(self, table: str, data: Any, *, write: str = "auto", branch: str | None = None,
+               actor: str | None = None, message: str | None = None) -> Commit:
+        """Change some columns of existing rows (``data``: the key plus the columns to change);
+        ``write``: ``auto``, ``columns`` or ``rows`` (see :meth:`Transaction.update`)."""
+        return self._write("update", f"Update {table}", table, data, write, branch=branch, actor=actor,
+                           message=message)
 
     def overwrite(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
                   message: str | None = None) -> Commit:
