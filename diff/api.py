@@ -14,6 +14,10 @@ from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
+from trimerge.display import diff_html, diff_repr, table_diff_repr
+
+# Counts in a TableDiff's repr (defined here to keep the engine module about diffing).
+TableDiff.__repr__ = table_diff_repr  # type: ignore[method-assign]
 
 
 @dataclass
@@ -41,7 +45,16 @@ class Diff:
         return pa.Table.from_pylist(rows, schema=schema)
 
     def changed_tables(self) -> list[str]:
+        """Names of the tables that differ, sorted."""
         return [n for n, td in sorted(self.tables.items()) if td.changed]
+
+    def __repr__(self) -> str:
+        """Short: the range and per-table counts of the first changed tables (computes the counts)."""
+        return diff_repr(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: one row per table with its counts (:meth:`stat`)."""
+        return diff_html(self)
 
     def to_json(self, rows: bool = False) -> dict[str, Any]:
         doc = {"before": self.before.id, "after": self.after.id,

@@ -93,6 +93,12 @@ class Commit:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Commit) and other.id == self.id
 
+    def __repr__(self) -> str:
+        """Short: id, branch, actor, time, message (cut) and counts (``trimerge.display``)."""
+        from trimerge.display import commit_repr
+
+        return commit_repr(self)
+
     def __hash__(self) -> int:
         return hash(self.id)
 

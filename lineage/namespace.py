@@ -34,13 +34,11 @@ import lance_namespace as ln
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.names import MAIN
+from trimerge.lineage.namespace_hook import CLASS_PATH, IMPL_NAME
 from trimerge.lineage.repository import Repository
 
 __all__ = ["IMPL_NAME", "TrimergeNamespace", "register"]
 
-#: The name trimerge registers itself under (``lance_namespace.connect("trimerge", ...)``).
-IMPL_NAME = "trimerge"
-_CLASS_PATH = "trimerge.lineage.namespace.TrimergeNamespace"
 _U64_MAX = 2**64 - 1
 _WRITE_HINT = ("the trimerge namespace is read-only: a trimerge write is a multi-table commit on a branch; "
                "write with trimerge (repo.transaction(branch=...), repo.upsert(...), or the CLI) instead")
@@ -48,7 +46,7 @@ _WRITE_HINT = ("the trimerge namespace is read-only: a trimerge write is a multi
 
 def register() -> None:
     """Register :class:`TrimergeNamespace` with ``lance_namespace`` under the name ``"trimerge"``."""
-    ln.register_namespace_impl(IMPL_NAME, _CLASS_PATH)
+    ln.register_namespace_impl(IMPL_NAME, CLASS_PATH)
 
 
 def _field(request: Any, name: str) -> Any:

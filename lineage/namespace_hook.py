@@ -13,15 +13,17 @@ import importlib.machinery
 import sys
 from typing import Any, Sequence
 
-__all__ = ["install"]
+__all__ = ["CLASS_PATH", "IMPL_NAME", "install"]
 
 _TARGET = "lance_namespace"
+#: The name trimerge registers itself under (``lance_namespace.connect("trimerge", ...)``).
+IMPL_NAME = "trimerge"
+#: Where the implementation lives (``lance_namespace.connect(CLASS_PATH, ...)`` needs no registration).
+CLASS_PATH = "trimerge.lineage.namespace.TrimergeNamespace"
 
 
-def _register() -> None:
-    from trimerge.lineage.namespace import register
-
-    register()
+def _register(module: Any = None) -> None:
+    (module or sys.modules[_TARGET]).register_namespace_impl(IMPL_NAME, CLASS_PATH)
 
 
 class _Loader(importlib.abc.Loader):
@@ -33,7 +35,7 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self.inner.exec_module(module)
-        _register()
+        _register(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):

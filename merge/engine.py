@@ -74,7 +74,7 @@ def _check_strategy_tables(strategy: Any, tables: set[str]) -> None:
     if isinstance(strategy, Mapping):
         unknown = sorted(t for t in strategy if t != "*" and t not in tables)
         if unknown:
-            raise InvalidOperationError(f"--strategy names no table of this merge: {', '.join(unknown)} "
+            raise InvalidOperationError(f"strategy= names no table of this merge: {', '.join(unknown)} "
                                         f"(tables: {', '.join(sorted(tables)) or 'none'})")
 
 

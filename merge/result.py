@@ -33,7 +33,7 @@ class MergeConflictError(TrimergeError):
         n = result.conflicts_total
         tables = sorted({c.table for c in result.conflicts} | {t for t, s in result.stats.items() if s.conflicts})
         super().__init__(f"merge of {result.source_ref!r} into {result.dest_ref!r} has {n} conflict(s) in "
-                         f"{', '.join(tables)}; nothing was published (use --strategy or resolve)")
+                         f"{', '.join(tables)}; nothing was published (pass strategy= or resolutions=, or see .result.conflicts)")
         self.result = result
 
 
@@ -78,6 +78,18 @@ class Conflict:
             c for side in (self.base, self.ours, self.theirs) if side for c in side if c not in (self.key or {})))
         return [f"{c}: base {shown(self.base, c)}, dest {shown(self.ours, c)}, source {shown(self.theirs, c)}"
                 for c in columns[:8]]
+
+    def __repr__(self) -> str:
+        """Short: kind, table, key and columns, never the values (``trimerge.display``)."""
+        from trimerge.display import conflict_repr
+
+        return conflict_repr(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: one row with base, dest and source values (cut)."""
+        from trimerge.display import conflict_html
+
+        return conflict_html(self)
 
     def describe(self) -> str:
         where = self.table
@@ -145,6 +157,18 @@ class MergeResult:
     def conflicts_table(self) -> pa.Table:
         """One row per conflicting cell (``row.update_update``), row or table; values as JSON text."""
         return conflicts_table(self.conflicts)
+
+    def __repr__(self) -> str:
+        """Short: status, refs, commit, conflict counts by kind and touched tables (bounded)."""
+        from trimerge.display import merge_result_repr
+
+        return merge_result_repr(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: status, per-table statistics and the first conflicts."""
+        from trimerge.display import merge_result_html
+
+        return merge_result_html(self)
 
     def to_json(self) -> dict[str, Any]:
         return {

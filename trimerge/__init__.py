@@ -16,6 +16,21 @@ from trimerge.lineage.errors import (
 
 __version__ = "0.1.0"
 
+# Every error class of the API is importable from here: those of lineage/errors.py (whatever it
+# defines), and, loaded on first use (they import pyarrow or Spark helpers), the ones of other modules.
+from trimerge.lineage import errors as _errors  # noqa: E402
+
+_ERRORS = {name: obj for name, obj in vars(_errors).items()
+           if isinstance(obj, type) and issubclass(obj, _errors.TrimergeError)}
+globals().update(_ERRORS)
+_LAZY = {
+    "MergeConflictError": "trimerge.merge.result",
+    "MergeBaseError": "trimerge.merge.result",
+    "SourceNotFoundError": "trimerge.lineage.importing",
+    "SparkUnavailableError": "trimerge.diff.spark",
+    "TrimergeNamespace": "trimerge.lineage.namespace",
+}
+
 # ``lance_namespace.connect("trimerge", {...})`` / ``lancedb.connect_namespace("trimerge", {...})``: registered
 # when lance_namespace loads (importing it here would cost every command ~1.5 s).
 from trimerge.lineage.namespace_hook import install as _install_namespace  # noqa: E402
@@ -24,12 +39,18 @@ _install_namespace()
 
 
 def __getattr__(name: str):
-    if name == "TrimergeNamespace":
-        from trimerge.lineage.namespace import TrimergeNamespace
+    if name in _LAZY:
+        import importlib
 
-        return TrimergeNamespace
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'trimerge' has no attribute {name!r}")
 
-__all__ = ["Address", "AlreadyExistsError", "AmbiguousRefError", "Commit", "ConcurrentWriteError",
-           "InvalidNameError", "NotFoundError", "PrimaryKeyError", "Ref", "RefNotFoundError", "RefSyntaxError",
-           "Repository", "SchemaMismatchError", "TrimergeError", "TrimergeNamespace", "parse_address"]
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted({"Address", "Commit", "Ref", "Repository", "TrimergeNamespace", "parse_address",
+                  *_ERRORS, *_LAZY})

@@ -71,9 +71,22 @@ def _check_output(path: str, what: str) -> None:
         fail(str(exc))
 
 
+#: API argument -> CLI option, for API messages shown on the command line.
+API_TO_CLI = {"strategy=": "--strategy", "resolutions=": "--resolve", "granularity=": "--granularity",
+              "conflicts_file=": "--conflicts", "dry_run=": "--dry-run"}
+
+
+def api_to_cli(message: str) -> str:
+    """An API error message with its argument names (``strategy=``) replaced by the CLI's options."""
+    for arg, option in API_TO_CLI.items():
+        message = message.replace(arg, option)
+    return message
+
+
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False) -> None:
+    from trimerge.lineage.errors import InvalidOperationError
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
@@ -100,6 +113,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
                     conflicts_file=conflicts_file, verify=verify or None, **extra)
     except MergeConflictError as exc:
         result = exc.result
+    except InvalidOperationError as exc:  # the API names its arguments (strategy=); say the options
+        fail(api_to_cli(str(exc)))
     published = result.commit is not None and not dry_run
     unwritten = _write_reports(result, reports, published)
 
