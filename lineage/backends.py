@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-from trimerge.lineage.errors import StorageError
+from trimerge.lineage.errors import CorruptRepositoryError, StorageError
 
 TEMP_PREFIX = ".tmp-"
 
@@ -89,11 +89,33 @@ class LocalBackend:
 
     def __init__(self, root: Path):
         self.root = root
+        self._real_repository: str | None = None  # resolved once, when a link is met
 
     def _path(self, key: str) -> Path:
         return self.root / key
 
+    def check_inside(self, key: str) -> None:
+        """Refuse (:class:`CorruptRepositoryError`) a key reached through a symbolic link that
+        leaves the repository (this folder's parent): trimerge never creates links, and following
+        one would read — and a swap would then replace — something that is not the repository's."""
+        path = self.root
+        for part in key.split("/"):
+            path = path / part
+            try:
+                link = os.path.islink(path)
+            except (ValueError, OSError):
+                return  # a name no file can have: it is absent
+            if link:
+                if self._real_repository is None:
+                    self._real_repository = os.path.realpath(self.root.parent)
+                real = os.path.realpath(path)
+                if real != self._real_repository and not real.startswith(self._real_repository + os.sep):
+                    raise CorruptRepositoryError(
+                        f"{path} is a symbolic link to {real}, outside the repository: trimerge does not follow "
+                        "it; replace the link with the file or folder it should be, or remove it")
+
     def get(self, key: str) -> Stored | None:
+        self.check_inside(key)
         try:
             data = self._path(key).read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -233,6 +255,9 @@ class ObjectStoreBackend:
     def __init__(self, store: Any, url: str):
         self.store = store
         self.url = url  # for messages
+
+    def check_inside(self, key: str) -> None:
+        """Object stores have no symbolic links."""
 
     @classmethod
     def from_url(cls, url: str, config: dict[str, str], client: dict[str, Any]) -> "ObjectStoreBackend":
@@ -377,6 +402,9 @@ class MemoryBackend:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self._mutex = threading.Lock()
+
+    def check_inside(self, key: str) -> None:
+        """No symbolic links here."""
 
     def get(self, key: str) -> Stored | None:
         with self._mutex:

@@ -4,6 +4,9 @@ What is checked: every stored commit (parses, and its id is the digest of its co
 branch, tag and HEAD document (parses, names an existing commit), every recovery note (parses; a
 quarantined one is reported), the deletion and gc records, and every table version a branch or tag
 reaches (the manifest opens, its path stays inside ``tables/``, and every data file it names exists).
+Besides: ``repo.json`` (format, root — an existing commit without parents — and location), every
+lease under ``locks/`` (parses as a lease), and on a local disk every symbolic link under
+``_trimerge/`` or ``tables/`` (trimerge never makes one). Each problem names the file and the repair.
 """
 
 from __future__ import annotations
@@ -47,8 +50,58 @@ def check_repository(repo: "Repository") -> FsckReport:
     good_commits = _check_commits(repo, report)
     tips = _check_refs(repo, report, good_commits)
     _check_notes(repo, report)
+    _check_marker(repo, report, good_commits)
+    _check_leases(repo, report)
+    _check_links(repo, report)
     _check_tables(repo, report, [t for t in tips if t in good_commits])
     return report
+
+
+def _check_marker(repo: "Repository", report: FsckReport, good_commits: set[str]) -> None:
+    from trimerge.lineage.marker import REPAIR, REPO_DOC, read_marker
+
+    doc = _safely(report, REPO_DOC, lambda: read_marker(repo.docs))
+    if doc is None:
+        return
+    where = f"{repo.docs.where}/{REPO_DOC}"
+    root = doc["root"]
+    if root not in good_commits:
+        report.problems.append(f"{where}: its root commit {root} is missing or damaged; {REPAIR}")
+    elif repo.commits.get(root).parents:
+        report.problems.append(f"{where}: its root {root} is not the first commit (it has parents); {REPAIR}")
+
+
+def _check_leases(repo: "Repository", report: FsckReport) -> None:
+    from trimerge.lineage.lease import Holder, damaged_lease
+
+    for key in _safely(report, "leases", lambda: repo.docs.list("locks")) or []:
+        try:
+            found = repo.docs.read(key, damaged_as_none=True)
+        except Exception as exc:
+            report.problems.append(f"lease {key}: {_problem(exc)}")
+            continue
+        if found is not None and Holder.from_json(found.doc) is None:
+            report.problems.append(str(damaged_lease(repo.docs, key)))
+
+
+def _check_links(repo: "Repository", report: FsckReport) -> None:
+    """Symbolic links under ``_trimerge/`` and ``tables/`` (local repositories): reported, never followed."""
+    import os
+
+    from trimerge.lineage.location import META_DIR, TABLES_DIR
+
+    if not repo.location.is_local:
+        return
+    for folder in (META_DIR, TABLES_DIR):
+        top = repo.location.path / folder
+        for dirpath, dirs, files in os.walk(top):
+            for name in [*dirs, *files]:
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path):
+                    target = os.readlink(path)
+                    report.problems.append(
+                        f"{path} is a symbolic link (to {target}): trimerge never makes links and does not follow "
+                        "one out of the repository; replace it with the file or folder it should be, or remove it")
 
 
 def _check_commits(repo: "Repository", report: FsckReport) -> set[str]:

@@ -21,7 +21,7 @@ from typing import Callable
 from ulid import ULID
 
 from trimerge.lineage.documents import NONCE, Documents, dumps
-from trimerge.lineage.errors import ConcurrentWriteError
+from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 
 HOSTNAME = socket.gethostname()
 #: How long a lease stays valid without renewal (a holder on another host cannot be checked).
@@ -75,6 +75,15 @@ class Holder:
         return f"pid {self.pid} on {self.host}: {self.purpose}"
 
 
+def damaged_lease(docs: Documents, key: str) -> CorruptRepositoryError:
+    """A lease that does not parse is damage, not a dead holder: a lease is written whole (link or
+    rename of a complete file, one PUT), so something else changed it, and taking it over could
+    let two writers in."""
+    return CorruptRepositoryError(
+        f"{docs.where}/{key} is damaged (not a lease document): make sure no trimerge process is writing "
+        f"(ps; 'trimerge status' lists writes in flight), then delete that file")
+
+
 class Lease:
     """An exclusive, expiring claim on one key."""
 
@@ -119,6 +128,8 @@ class Lease:
         stored = self.docs.backend.get(self.key)
         found = None if stored is None else self.docs.read(self.key, damaged_as_none=True)
         current = None if found is None else Holder.from_json(found.doc)
+        if stored is not None and current is None:
+            raise damaged_lease(self.docs, self.key)
         if stored is None:
             self._version = self.docs.backend.create(self.key, self._bytes(self.mine.to_json()))
         elif current is not None and not current.released and not current.is_dead():

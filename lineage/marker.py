@@ -7,10 +7,41 @@ content), or a location inside another repository.
 from __future__ import annotations
 
 from trimerge.lineage.documents import Documents
-from trimerge.lineage.errors import AlreadyExistsError, InvalidOperationError
+from trimerge.lineage.errors import AlreadyExistsError, CorruptRepositoryError, InvalidOperationError
 from trimerge.lineage.location import META_DIR, Location
 
 REPO_DOC = "repo.json"
+FORMAT = 1
+
+
+def marker_problems(doc: object) -> list[str]:
+    """What is wrong with a parsed ``repo.json`` (empty: nothing)."""
+    if not isinstance(doc, dict):
+        return [f"it holds {type(doc).__name__}, not an object"]
+    problems = []
+    if doc.get("format") != FORMAT:
+        problems.append(f"format is {doc.get('format')!r}, not {FORMAT}" if "format" in doc else "it has no format")
+    for key in ("root", "location"):
+        if not isinstance(doc.get(key), str) or not doc.get(key):
+            problems.append(f"it has no {key}")
+    return problems
+
+
+def read_marker(docs: Documents) -> dict | None:
+    """``repo.json`` of the ``_trimerge/`` folder ``docs``; None when absent. A damaged one is an
+    error naming the file and the repair, never read as a default (a ``{}`` would silently turn
+    off the moved-repository check)."""
+    doc = docs.get(REPO_DOC)
+    if doc is None:
+        return None
+    problems = marker_problems(doc)
+    if problems:
+        raise CorruptRepositoryError(f"{docs.where}/{REPO_DOC} is damaged ({'; '.join(problems)}): {REPAIR}")
+    return doc
+
+
+REPAIR = (f'restore it as {{"format": {FORMAT}, "root": "<the first commit, the last line of trimerge log>", '
+          '"location": "<the repository\'s path or URI>"}')
 
 
 def refuse_to_init(location: Location, docs: Documents) -> None:

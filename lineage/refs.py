@@ -155,15 +155,22 @@ class RefStore:
 
     # -- HEAD
     def head(self) -> str:
-        """The current branch's name as recorded (``main`` when unset)."""
+        """The current branch's name as recorded (``main`` when there is no HEAD document). A HEAD
+        that is empty or names no branch is damaged, never read as ``main``."""
         stored = self.docs.backend.get(HEAD)
         if stored is None:
             return MAIN
         text = stored.data.decode("utf-8", "replace").strip()
+        repair = f"rewrite it with 'trimerge switch BRANCH' (for instance 'trimerge switch {MAIN}')"
         if not text.startswith("{"):
-            return text or MAIN  # written by an older version: the plain name
+            if not text or "\n" in text or "\ufffd" in text:
+                raise CorruptRepositoryError(f"{self.docs.where}/{HEAD} is {'empty' if not text else 'damaged'}: "
+                                             f"{repair}")
+            return text  # written by an older version: the plain name
         doc = self.docs.get(HEAD)
-        return str(doc.get("branch") or MAIN) if isinstance(doc, dict) else MAIN
+        if not isinstance(doc, dict) or not isinstance(doc.get("branch"), str) or not doc["branch"]:
+            raise CorruptRepositoryError(f"{self.docs.where}/{HEAD} names no branch: {repair}")
+        return doc["branch"]
 
     def set_head(self, name: str) -> None:
         for _ in range(10):

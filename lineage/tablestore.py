@@ -62,6 +62,8 @@ class TableStore:
     def open(self, dataset: str, lance_branch: str, version: int | None) -> lance.LanceDataset:
         """One version (None: the latest) of one Lance branch."""
         _check_component(lance_branch, "Lance branch")
+        self.files.check_inside(_check_component(dataset, "dataset") if lance_branch == "main"
+                                else f"{dataset}/tree/{lance_branch}")
         ds = _tables().open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
         if self.moved_from and lance_branch != "main":
             self._check_not_moved(dataset, lance_branch, ds)
@@ -88,11 +90,23 @@ class TableStore:
         here = self.location.uri.rstrip("/") + "/"
         old = str(self.moved_from).rstrip("/") + "/"
         for base in ds.base_paths().values():  # an imported table's source lies elsewhere on purpose
-            if not str(base.path).startswith(here) and str(base.path).startswith(old):
+            if not str(base.path).startswith(here) and str(base.path).startswith(old) \
+                    and not self._same_place_on_disk(str(base.path)):
                 raise RepositoryMovedError(
                     f"table data {dataset} ({lance_branch}) still refers to the repository's old location "
                     f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
                     f"to {self.moved_from}, or make that path point to {self.location.uri}")
+
+    def _same_place_on_disk(self, path: str) -> bool:
+        """Whether ``path`` (an old location) leads here once links are resolved: a symbolic link
+        from the old place to the new one is a working repair."""
+        import os
+
+        if not self.location.is_local or "://" in path:
+            return False
+        here = os.path.realpath(self.location.uri)
+        there = os.path.realpath(path)
+        return there == here or there.startswith(here + os.sep)
 
     def has_data(self, tv: TableVersion) -> bool:
         """Whether the dataset (and the Lance branch, for a fork) still exists."""

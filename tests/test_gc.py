@@ -172,6 +172,10 @@ def test_strays_under_tables_are_left_alone_and_never_followed(history, tmp_path
     assert len(warnings) == 4 and all("left alone" in w for w in warnings)
     assert (outside / "data" / "precious.txt").read_text() == "keep me"
     assert (tables / "notes.txt").exists() and (tables / "foreign" / "x.bin").exists()
+    problems = repo.fsck().problems  # fsck reports the links (issue 29), and only them
+    assert len(problems) == 2 and all("symbolic link" in p for p in problems), problems
+    (tables / "link").unlink()
+    (tables / "t-01kzzzzzzzzzzzzzzzzzzzzzzz").unlink()
     assert_everything_reachable_is_readable(repo)
 
 

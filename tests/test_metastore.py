@@ -141,11 +141,14 @@ def test_released_lease_is_taken_without_the_dead_holder_callback(backend):
     assert called == []
 
 
-def test_damaged_lease_counts_as_dead(backend):
+def test_damaged_lease_is_an_error_not_a_dead_holder(backend):
+    """A lease is written whole: one that does not parse was damaged, and taking it over could let
+    two writers in (issue 29)."""
     backend.create("l", b"{oops")
     called = []
-    assert Lease(Documents(backend, "t"), "l", "x").try_acquire(on_dead_holder=called.append)
-    assert called == [None]
+    with pytest.raises(CorruptRepositoryError, match="t/l is damaged.*delete that file"):
+        Lease(Documents(backend, "t"), "l", "x").try_acquire(on_dead_holder=called.append)
+    assert called == [] and backend.get("l").data == b"{oops"
 
 
 def test_lease_renewal_extends_expiry(backend):

@@ -16,7 +16,7 @@ import pytest
 
 import trimerge
 from trimerge.lineage import tables as tbl
-from trimerge.lineage.errors import ConcurrentWriteError
+from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 from trimerge.lineage.lease import HOSTNAME, Holder
 
 from conftest import T, all_lance_branches, rows, run_python
@@ -356,11 +356,15 @@ def test_stale_lock_of_a_dead_pid_is_broken_by_the_next_writer(crash_repo):
     assert lock_taken_or_free(lock)
 
 
-def test_damaged_lock_file_is_broken(crash_repo):
+def test_damaged_lock_file_is_an_error_until_removed(crash_repo):
+    """A lease is written whole, so an unparsable one is damage, not a dead holder (issue 29)."""
     lock = Path(crash_repo.uri) / "_trimerge" / "locks" / "feat.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_bytes(b'{"tok')
     repo = trimerge.Repository.open(crash_repo.uri, lock_timeout=5)
+    with pytest.raises(CorruptRepositoryError, match="feat.lock is damaged"):
+        repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
+    lock.unlink()
     repo.upsert("airports", T(faa=["EWR"], name=["Newark"]), branch="feat")
     assert lock_taken_or_free(lock)
 
