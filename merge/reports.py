@@ -24,8 +24,11 @@ import json
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
+from trimerge.merge.result import jsonable
+
 if TYPE_CHECKING:
     from trimerge.merge.engine import MergeResult
+    from trimerge.merge.result import Conflict
 
 FORMATS = ("junit", "sarif", "markdown", "json", "github")
 MARKDOWN_ROWS_PER_TABLE = 20
@@ -87,8 +90,26 @@ def junit(result: "MergeResult") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def sarif_uri(table: str) -> str:
+    """The stable, repository-relative URI a SARIF result names for a table: ``tables/<table>``
+    (percent-encoded; the same for every lineage of the table, unlike its dataset folder)."""
+    from urllib.parse import quote
+
+    return "tables/" + quote(table, safe="")
+
+
+def sarif_fingerprint(c: "Conflict") -> str:
+    """A digest of what identifies a conflict across runs: kind, table, key and columns."""
+    import hashlib
+
+    ident = json.dumps([c.kind, c.table, jsonable(c.key), sorted(c.columns)], sort_keys=True, default=str)
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+
 def sarif(result: "MergeResult") -> str:
-    """SARIF 2.1.0: one result per conflict, located logically at table[key] (no files involved)."""
+    """SARIF 2.1.0: one result per conflict, located at the table's stable URI ``tables/<table>``
+    (physical, with the key in the region's snippet and the message) and logically at table[key];
+    ``partialFingerprints`` (kind, table, key, columns) let code scanning match results across runs."""
     from trimerge import __version__
 
     results = []
@@ -98,7 +119,12 @@ def sarif(result: "MergeResult") -> str:
             "ruleId": c.kind,
             "level": "error",
             "message": {"text": c.describe()},
-            "locations": [{"logicalLocations": [{"name": c.table, "fullyQualifiedName": fq, "kind": "object"}]}],
+            "locations": [{
+                "physicalLocation": {"artifactLocation": {"uri": sarif_uri(c.table)},
+                                     "region": {"startLine": 1, "snippet": {"text": fq}}},
+                "logicalLocations": [{"name": c.table, "fullyQualifiedName": fq, "kind": "object"}],
+            }],
+            "partialFingerprints": {"trimergeConflict/v1": sarif_fingerprint(c)},
             "properties": {"conflict": c.to_json()},
         })
     doc = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -145,6 +146,9 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
 
     if not (reports and any(":" not in r for r in reports)):
         emit(obj, result.to_json(), text)
+    elif not obj.json:  # a report holds stdout: the human summary still prints, on stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            text()
     if unwritten:
         # The work is done and published: saying "bad input" (2) would tell a script nothing happened.
         verb = {"merge": "merged", "revert": "reverted", "cherry_pick": "cherry-picked"}.get(fn.__name__, "published")
