@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from trimerge.lineage import arrowtypes
 from trimerge.lineage.tables import plain_type
 
 ROWID = "_rowid"
@@ -73,8 +74,9 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     key = list(key)
     id_b = [ROWID] if ROWID in before.column_names else []
     id_a = [ROWID] if ROWID in after.column_names else []
-    b = pl.from_arrow(before.select(key + list(before_columns) + id_b))
-    a = pl.from_arrow(after.select(key + list(after_columns) + id_a))
+    types = {**{f.name: f.type for f in before.schema}, **{f.name: f.type for f in after.schema}}
+    b = arrowtypes.to_polars(before.select(key + list(before_columns) + id_b))  # decimal256 carried safely
+    a = arrowtypes.to_polars(after.select(key + list(after_columns) + id_a))
     if not id_b:
         b = b.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
     if not id_a:
@@ -125,7 +127,7 @@ def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequ
     ).sort(key)
     table = out.to_arrow()
     schema = pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in table.schema])
-    return table.cast(schema)
+    return arrowtypes.restore(table.cast(schema), types, ("before", "after"))
 
 
 def _large_to_plain(t: pa.DataType) -> pa.DataType:

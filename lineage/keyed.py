@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
+from trimerge.lineage import arrowtypes
 from trimerge.lineage.indices import lance_indices
 from trimerge.lineage.tables import matching_positions, rows_with_keys
 
@@ -71,8 +72,8 @@ def plan_upsert(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[
     if not len(at_rows):
         return KeyedEdit(rows=rows)
     values = [c for c in rows.column_names if c not in pk]
-    old = current.take(at_current).select(values)
-    new = rows.take(at_rows).select(values)
+    old = arrowtypes.encode(current.take(at_current).select(values))  # decimal256: polars panics on it
+    new = arrowtypes.encode(rows.take(at_rows).select(values))
     try:
         differs = pl.from_arrow(new).select(
             pl.any_horizontal([~pl.col(c).eq_missing(pl.Series(c, pl.from_arrow(old.column(c)))) for c in values])

@@ -25,6 +25,7 @@ from typing import Sequence
 import polars as pl
 import pyarrow as pa
 
+from trimerge.lineage import arrowtypes
 from trimerge.diff.rules import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
@@ -60,8 +61,9 @@ def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Sc
     :meth:`TableDiff.rows_with_row_ids`)."""
     key = list(key)
     value_columns = [f.name for f in merged if f.name not in key]
-    pt = pl.from_arrow(theirs)
-    po = pl.from_arrow(ours)
+    merged = arrowtypes.safe_schema(merged)  # decimal256 is carried as polars can hold it
+    pt = arrowtypes.to_polars(theirs)
+    po = arrowtypes.to_polars(ours)
     assert isinstance(pt, pl.DataFrame) and isinstance(po, pl.DataFrame)
     if not po.height:
         return Classified(pt, _empty_overlap(), key, value_columns)

@@ -168,3 +168,49 @@ def test_a_dependency_panic_is_an_internal_trimerge_error():
     except InternalError as exc:
         assert exc.exit_code == 4 and "bug" in str(exc) and "\n" not in str(exc)
         assert type(exc.__cause__).__name__ == "PanicException"
+
+
+# ---------------------------------------------------------------------------------------------- item 2: types
+@pytest.mark.parametrize("precision", [20, 50, 76])
+def test_decimal256_diffs_and_merges(tmp_path, precision):
+    import decimal
+
+    from trimerge.diff import diff
+    from trimerge.merge import MergeConflictError, cherry_pick, merge, revert
+
+    dtype = pa.decimal256(precision, 2)
+    big = "9" * (precision - 2) + ".99"
+
+    def rows(k, d, v):
+        return pa.table({"k": pa.array(k, pa.int64()), "d": pa.array([decimal.Decimal(x) for x in d], dtype), "v": v})
+
+    repo = trimerge.Repository.init(tmp_path / "r")
+    repo.create_table("t", rows([1, 2, 3], ["1.00", "2.00", "3.00"], ["a", "b", "c"]), primary_key="k")
+    repo.branches.create("b", from_ref="main")
+    repo.upsert("t", rows([2, 4], ["2.50", big], ["b", "d"]), branch="b")
+    repo.upsert("t", rows([3], ["3.00"], ["C"]))
+    d = diff("main...b", repo=repo).tables["t"]
+    got = {r["k"]: r for r in d.rows().to_pylist()}
+    assert d.rows().schema.field("after").type.field("d").type == dtype
+    assert got[2]["changed_columns"] == ["d"] and got[2]["after"]["d"] == decimal.Decimal("2.50")
+    assert got[4]["after"]["d"] == decimal.Decimal(big)
+    r = merge("b", "main", repo=repo)
+    assert r.status == "merged"
+    table = repo.read("t")
+    assert table.schema.field("d").type == dtype
+    assert {x["k"]: x["d"] for x in table.to_pylist()} == {1: decimal.Decimal("1.00"), 2: decimal.Decimal("2.50"),
+                                                           3: decimal.Decimal("3.00"), 4: decimal.Decimal(big)}
+    # a conflict on the decimal cell, resolved both ways
+    repo.branches.create("c", from_ref="main")
+    repo.upsert("t", rows([1], ["1.10"], ["a"]), branch="c")
+    repo.upsert("t", rows([1], ["1.20"], ["a"]))
+    with pytest.raises(MergeConflictError) as exc:
+        merge("c", "main", repo=repo)
+    (conflict,) = exc.value.result.conflicts
+    assert conflict.columns == ["d"] or list(conflict.columns) == ["d"]
+    merge("c", "main", repo=repo, strategy="source-wins")
+    assert {x["k"]: x["d"] for x in repo.read("t").to_pylist()}[1] == decimal.Decimal("1.10")
+    revert("main", "main", repo=repo)
+    cherry_pick("main~1", "main", repo=repo, strategy="source-wins")
+    assert repo.read("t").schema.field("d").type == dtype
+    assert repo.fsck().ok

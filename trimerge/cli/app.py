@@ -315,7 +315,9 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
             fresh = not is_remote(output) and not local_path(output, uri=True).exists()
             lance.write_dataset(table, output, mode="create" if fresh else "overwrite")
         return
-    df = pl.from_arrow(table)
+    from trimerge.lineage.arrowtypes import to_polars
+
+    df = to_polars(table)  # decimal256 too (polars panics on it)
     if fmt == "json":
         text = json.dumps(table.to_pylist(), indent=2, default=str)
     elif fmt == "jsonl":
