@@ -348,8 +348,8 @@ def test_demo_tells_the_whole_story(tmp_path, cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = cli("demo", "--flights-limit", "500", ok=True).stdout
     assert out.startswith("No directory given: creating ./trimerge-demo")
-    commands = [line for line in out.splitlines() if line.startswith("$ trimerge")]
-    assert [c.split()[2] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read",
+    commands = [line for line in out.splitlines() if line.startswith("$ trimerge -C trimerge-demo ")]  # pasteable
+    assert [c.split()[4] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read",
                                                 "merge", "index", "search"]
     assert "planes               modified  +0 -0 ~400" in out
     assert "manufacturer: 'AIRBUS INDUSTRIE' -> 'AIRBUS'" in out
@@ -359,8 +359,9 @@ def test_demo_tells_the_whole_story(tmp_path, cli, monkeypatch):
     merge = repo.resolve("main^1")
     assert len(merge.parents) == 2 and merge.parents[1] == repo.resolve("fix-planes").id
     assert repo.resolve("main").parents[1] == repo.resolve("geo").id  # the indexed vector column, merged
-    assert "loc_idx\tIVF_FLAT on loc" in out and "John F Kennedy Intl" in out.rsplit("$ trimerge search", 1)[1]
-    before, after = out.rsplit("$ trimerge merge geo", 1)[0].rsplit("$ trimerge read", 2)[1:]
+    assert "loc_idx\tIVF_FLAT on loc" in out and "John F Kennedy Intl" in out.rsplit("$ trimerge -C trimerge-demo search", 1)[1]
+    assert "'kept' = only the dest" in out  # the counts are explained
+    before, after = out.rsplit("$ trimerge -C trimerge-demo merge geo", 1)[0].rsplit("-C trimerge-demo read", 2)[1:]
     assert "AIRBUS SAS" in before and "AIRBUS SAS" not in after and "AIRBUS" in after
 
 

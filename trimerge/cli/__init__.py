@@ -3,5 +3,8 @@ of commands (tables, history, diffs, merging). Importing it registers every comm
 
 from trimerge.cli import diffs, history, importing, indices, merging, search, status, tables  # noqa: F401 - registers the commands
 from trimerge.cli.app import Context, cli, main
+from trimerge.cli.habits import polish
+
+polish(cli)  # every option has help; no internal bounds in help
 
 __all__ = ["Context", "cli", "main"]

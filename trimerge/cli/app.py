@@ -117,6 +117,9 @@ class TrimergeGroup(click.Group):
         _JSON_ERRORS = "--json" in (sys.argv[1:] if args is None else list(args))
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a group without a subcommand: its help, as --help
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+            sys.exit(0)
         except click.exceptions.UsageError as exc:
             path = exc.ctx.command_path if exc.ctx is not None else "trimerge"
             say_error(f"{exc.format_message()} (see '{path} --help')", "UsageError", EXIT_BAD_INPUT)
@@ -128,6 +131,14 @@ class TrimergeGroup(click.Group):
             click.echo("aborted", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        from trimerge.cli.habits import habit_hint
+
+        hint = habit_hint(args[0]) if args and args[0] not in self.commands else None
+        if hint:  # a git habit: name trimerge's equivalent
+            raise click.UsageError(hint, ctx)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:

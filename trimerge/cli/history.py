@@ -83,10 +83,16 @@ def branch_delete(obj: Context, name: str, force: bool) -> None:
 
 @cli.command()
 @click.argument("name")
+@click.option("-c", "--create", is_flag=True, help="Create branch NAME first (from --from, default the current branch).")
+@click.option("--from", "from_ref", default=None, help="With -c: the ref to branch from.")
 @common
-def switch(obj: Context, name: str) -> None:
-    """Make NAME the current branch."""
+def switch(obj: Context, name: str, create: bool = False, from_ref: str | None = None) -> None:
+    """Make NAME the current branch (-c: create it first, like git switch -c)."""
     repo = obj.repo()
+    if from_ref is not None and not create:
+        fail("--from needs -c (create the branch)")
+    if create:
+        repo.branches.create(name, from_ref=from_ref)
     b = repo.switch(name)
     emit(obj, {"branch": b.name, "commit": b.commit_id}, f"Switched to branch {b.name}")
 

@@ -91,7 +91,10 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
                 _fill_resolutions(conflicts, resolved, "theirs")
                 click.echo(f"\n(edit {conflicts}: resolution = theirs, i.e. the branch's 'AIRBUS'; saved as {resolved})")
                 continue
-            click.echo("\n$ trimerge " + " ".join(map(_shell_word, args)))
+            if args[0] == "merge" and args[1] == "fix-planes" and "--conflicts" in args:
+                click.echo(MERGE_LEGEND)
+            # pasteable as shown, from the directory the demo ran in
+            click.echo(f"\n$ trimerge -C {_shell_word(str(target))} " + " ".join(map(_shell_word, args)))
             try:
                 cli.main(args=["-C", repo.uri, *args], prog_name="trimerge", standalone_mode=False)
             except SystemExit:  # the conflict step exits 1, as it would in a shell
@@ -101,6 +104,15 @@ def demo(obj: Context, directory: str | None, flights_limit: int | None) -> None
             os.environ.pop("TRIMERGE_ACTOR", None)
         else:
             os.environ["TRIMERGE_ACTOR"] = saved
+
+
+#: What the demo's merge lines mean (printed before its first merge).
+MERGE_LEGEND = """
+(How to read a merge: per table, 'kept' = only the dest (main) changed it, nothing to bring; 'taken' =
+only the source branch changed it, its version is taken as is; 'merged' = both changed it, merged row
+by row. 'N row(s) from source' = rows the branch inserted, updated or deleted that the merge applies;
+'converged' = rows both sides changed alike; 'cell(s) merged' = cells taken from the branch inside rows
+both sides updated; a conflict = one cell both sides changed differently.)"""
 
 
 def _fill_resolutions(conflicts: str, resolved: str, choice: str) -> None:
