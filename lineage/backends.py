@@ -230,8 +230,14 @@ class LocalBackend:
 # ------------------------------------------------------------------------------------------ object stores
 def _store_error(exc: Exception, what: str, where: str) -> StorageError:
     """One line saying what went wrong and what to do, with the store's own words cut short."""
+    from trimerge.lineage.location import REQUEST_TIMEOUT
+    from trimerge.lineage.storeerrors import explain
+
     text = " ".join(str(exc).split())
     name = type(exc).__name__
+    cause = explain(str(exc), where.split("://", 1)[0] if "://" in where else "s3", REQUEST_TIMEOUT)
+    if cause is not None:
+        return StorageError(f"{what} {where}: {cause}")
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         hint = "the bucket (or container) does not exist"
     elif "api/token" in text or "credential" in text.lower() and "error" in text.lower():
