@@ -34,19 +34,28 @@ from trimerge.lineage.errors import PrimaryKeyError
 if TYPE_CHECKING:
     import lance
 
-#: ``TRIMERGE_COLUMN_WRITES``: ``auto`` (by cost, the default), ``always`` or ``never`` (tests
-#: force each path to compare them).
+#: How an update writes: ``auto`` (per fragment, whichever writes less), ``columns`` (column files
+#: only) or ``rows`` (rows rewritten whole). ``TRIMERGE_COLUMN_WRITES`` sets what ``auto`` means
+#: (tests force each path to compare them).
+WRITE_CHOICES = ("auto", "columns", "rows")
 COLUMN_WRITES_ENV = "TRIMERGE_COLUMN_WRITES"
 #: Above this share of the table's rows, keys are located by one scan of the key columns rather
 #: than a filter per key.
 SCAN_SHARE = 0.05
 
 
-def column_write_mode() -> str:
+def column_write_mode(write: str = "auto") -> str:
+    """The write choice in force: ``write`` if given other than ``auto``, else the environment's."""
+    if write not in WRITE_CHOICES:
+        from trimerge.lineage.errors import InvalidOperationError
+
+        raise InvalidOperationError(f"write={write!r}: choose one of {', '.join(WRITE_CHOICES)}")
+    if write != "auto":
+        return write
     import os
 
     mode = os.environ.get(COLUMN_WRITES_ENV, "auto").strip().lower() or "auto"
-    return mode if mode in ("auto", "always", "never") else "auto"
+    return mode if mode in WRITE_CHOICES else "auto"
 
 
 @dataclass
@@ -100,12 +109,12 @@ def plan_column_update(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Se
                        mode: str | None = None) -> ColumnUpdate:
     """Split an update of ``rows`` (key + the changed columns, one row per key, every key stored)
     between column files and row rewrites, fragment by fragment, by the cost rule of the module."""
-    mode = mode or column_write_mode()
+    mode = column_write_mode(mode or "auto")
     located = locate(ds, rows, primary_key, what)
     ids = located.column("_rowid").to_numpy()
     addresses = located.column("_rowaddr").to_numpy().astype(np.uint64)
     plan = ColumnUpdate(row_ids=ids, addresses=addresses)
-    if mode == "never" or not rows.num_rows:
+    if mode == "rows" or not rows.num_rows:
         plan.row_positions = np.arange(rows.num_rows)
         return plan
     changed = [c for c in rows.column_names if c not in primary_key]
@@ -119,7 +128,7 @@ def plan_column_update(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Se
         physical = frag.metadata.physical_rows
         by_columns = physical * column_bytes
         by_rows = len(positions) * stored_row_bytes(frag)
-        if mode == "always" or by_columns <= by_rows:
+        if mode == "columns" or by_columns <= by_rows:
             plan.by_fragment[int(fragments[positions[0]])] = positions
         else:
             rest.append(positions)

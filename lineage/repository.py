@@ -425,7 +425,7 @@ class Repository:
         """Insert new keys, update existing ones (rows with identical values are left alone)."""
         return self._write("upsert", f"Upsert into {table}", table, data, branch=branch, actor=actor, message=message)
 
-    def update(self, table: str, data: Any, *, write: str = "auto", branch: str | None = None,
+    def update(self, table: str, data: Any, write: str = "auto", *, branch: str | None = None,
                actor: str | None = None, message: str | None = None) -> Commit:
         """Change some columns of existing rows (``data``: the key plus the columns to change);
         ``write``: ``auto``, ``columns`` or ``rows`` (see :meth:`Transaction.update`)."""

@@ -302,14 +302,16 @@ class Transaction:
         self._ops.append(f"upsert {name}")
         self._written(name, ds.version, ds)
 
-    def update(self, name: str, data: Any) -> None:
+    def update(self, name: str, data: Any, write: str = "auto") -> None:
         """Change some columns of existing rows: ``data`` holds the key columns and the columns to
-        change; the other columns keep their values. Every key must exist. Per fragment, the
-        changed columns are written as a new column file, or the touched rows are rewritten whole,
-        whichever writes less (:mod:`trimerge.lineage.columnwrites`)."""
+        change; the other columns keep their values. Every key must exist. ``write="auto"``: per
+        fragment, the changed columns are written as a new column file, or the touched rows are
+        rewritten whole, whichever writes less (:mod:`trimerge.lineage.columnwrites`);
+        ``"columns"`` / ``"rows"`` force one way."""
         from trimerge.lineage import columnwrites
 
         self._require_open()
+        columnwrites.column_write_mode(write)
         tv = self._table(name)
         table = tbl.to_arrow(data)
         pk = list(tv.primary_key)
@@ -327,7 +329,7 @@ class Transaction:
             self._ops[-1] = f"update {name}"
             return
         table = tbl.conform(table, pa.schema([schema.field(c) for c in table.column_names]), f"update {name}")
-        plan = columnwrites.plan_column_update(stored, table, pk, f"update {name}")
+        plan = columnwrites.plan_column_update(stored, table, pk, f"update {name}", write)
         if plan.by_fragment:
             ds = columnwrites.write_columns(self._writable(name), table, plan, pk)
             self._ops.append(f"update {name}")
@@ -492,7 +494,7 @@ class Transaction:
             target = pa.schema([stored.schema.field(k) for k in pk] + fields)
             data = tbl.conform(data.select(target.names), target, what)
             tbl.check_primary_key(data, pk, what)
-            plan = columnwrites.plan_column_update(stored, data, pk, what, mode="always")
+            plan = columnwrites.plan_column_update(stored, data, pk, what, "columns")
         self._schema_change()
         # Row-level for the delta plan: a new name is null in every row no later write touched, and
         # an added column counts as changed only where it is not null. (A name dropped earlier

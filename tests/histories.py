@@ -41,10 +41,11 @@ EXTRA_COLUMNS = [("x", pa.int64()), ("y", pa.string())]
 WIDER = {pa.int8(): pa.int16(), pa.int16(): pa.int32(), pa.int32(): pa.int64(), pa.float32(): pa.float64(),
          pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
 STRATEGIES = ("source-wins", "dest-wins")
+WRITES = ("auto", "columns", "rows")  # how updates write (trimerge.lineage.columnwrites)
 
 # Each kind once per line; weights by repetition.
 KINDS = (["upsert"] * 4 + ["update"] * 2 + ["delete"] * 2 + ["delete_keys", "append", "overwrite", "rewrite",
-         "compact", "add_column", "drop_column", "widen"] + ["revert"] * 2 + ["cherry_pick"] + ["merge"] * 3
+         "compact", "add_column", "drop_column", "widen", "fill_column", "backfill"] + ["revert"] * 2 + ["cherry_pick"] + ["merge"] * 3
          + ["crisscross", "drop_table", "create_table", "recreate", "branch", "multi"])
 MAX_BRANCHES = 5
 
@@ -258,8 +259,37 @@ class HistoryBuilder:
         rows = []
         for r in rng.sample(existing, min(len(existing), rng.randint(1, 3))):
             rows.append({**{k: r[k] for k in KEYS[table]}, **{f.name: value_for(rng, f.type) for f in cols}})
-        self.emit(f"repo.update({table!r}, {table_code(rows, schema)}, branch={branch!r})")
-        self.repo.update(table, pa.Table.from_pylist(rows, schema=schema), branch=branch)
+        write = rng.choice(WRITES)
+        self.emit(f"repo.update({table!r}, {table_code(rows, schema)}, write={write!r}, branch={branch!r})")
+        self.repo.update(table, pa.Table.from_pylist(rows, schema=schema), write=write, branch=branch)
+
+    def op_backfill(self, rng, branch, table):
+        """One column of every row rewritten (a recomputed feature), as column files or as rows."""
+        cur = self.current(table, branch)
+        values = [f for f in plain_schema(cur.schema) if f.name not in KEYS[table]]
+        if not cur.num_rows or not values:
+            return self.op_upsert(rng, branch, table)
+        col = rng.choice(values)
+        rows = [{**{k: r[k] for k in KEYS[table]}, col.name: value_for(rng, col.type)} for r in cur.to_pylist()]
+        schema = pa.schema([pa.field(k, cur.schema.field(k).type) for k in KEYS[table]] + [col])
+        write = rng.choice(WRITES)
+        self.emit(f"repo.update({table!r}, {table_code(rows, schema)}, write={write!r}, branch={branch!r})")
+        self.repo.update(table, pa.Table.from_pylist(rows, schema=schema), write=write, branch=branch)
+
+    def op_fill_column(self, rng, branch, table):
+        """A new column filled for some rows (key + values): only the column is written."""
+        cur = self.current(table, branch)
+        names = {n.lower() for n in cur.schema.names}
+        pool = [(n, t) for n, t in EXTRA_COLUMNS if n.lower() not in names]
+        if not pool or not cur.num_rows:
+            return self.op_add_column(rng, branch, table)
+        name, t = rng.choice(pool)
+        existing = cur.to_pylist()
+        rows = [{**{k: r[k] for k in KEYS[table]}, name: value_for(rng, t)}
+                for r in rng.sample(existing, rng.randint(1, len(existing)))]
+        schema = pa.schema([pa.field(k, cur.schema.field(k).type) for k in KEYS[table]] + [pa.field(name, t)])
+        self.emit(f"repo.add_columns({table!r}, {table_code(rows, schema)}, branch={branch!r})")
+        self.repo.add_columns(table, pa.Table.from_pylist(rows, schema=schema), branch=branch)
 
     def op_delete(self, rng, branch, table):
         cur = self.current(table, branch)

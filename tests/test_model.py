@@ -506,7 +506,9 @@ def model_conflicts(conflicts) -> list:
 def op_call(op: dict) -> tuple[str, tuple, str]:
     """(method, args, source of the args) of one write, the same on a transaction and on the repository."""
     kind, name = op["kind"], op["table"]
-    if kind in ("upsert", "append", "overwrite", "update"):
+    if kind == "update":  # column files, row rewrites, or chosen by cost
+        return kind, (name, op["data"], op["write"]), f"{name!r}, {op['src']}, {op['write']!r}"
+    if kind in ("upsert", "append", "overwrite"):
         data = op["data"]
         return kind, (name, data), f"{name!r}, {op['src']}"
     if kind == "create_table":
@@ -616,8 +618,9 @@ def draw_op(data, state: dict) -> dict | None:
         rows = {k: data.draw(st.sampled_from(domain(name, column)), label="value") for k in keys}
         types = {c: mt.types[c] for c in (*mt.key, column)}
         full = {k: {column: v} for k, v in rows.items()}
+        write = data.draw(st.sampled_from(["auto", "columns", "rows"]), label="write")
         return {"kind": kind, "table": name, "column": column, "rows": rows, "data": to_arrow(types, mt.key, full),
-                "src": table_src(types, mt.key, full)}
+                "src": table_src(types, mt.key, full), "write": write}
     if kind == "delete_keys":
         keys = data.draw(st.lists(st.sampled_from(KEYS[name]), min_size=1, max_size=2, unique=True), label="keys")
         types = {c: mt.types[c] for c in mt.key}
