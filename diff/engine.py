@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
 
+from trimerge.diff import columns as column_pairs
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify
 from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
@@ -92,6 +93,7 @@ class DiffPlan:
     method: Literal["none", "delta", "fragments", "full", "added", "dropped", "spark"]
     fragments_skipped: int = 0
     fragments_deletion_only: int = 0
+    fragments_columns_only: int = 0  # same rows on both sides, only some columns read
     fragments_read: int = 0
     rows_planned: int = 0  # upper bound of candidate rows (before + after)
     fallback_from: str | None = None  # a cheaper plan that was tried first and found inconsistent
@@ -229,18 +231,22 @@ class TableDiff:
                                       deleted=per_change.get("delete", (0, 0))[0],
                                       updated=per_change.get("update", (0, 0))[0],
                                       cells_changed=sum(cells for _, cells in per_change.values()))
+        if self._counts is None and self._changed is None and self.engine == "local" and not self.verify \
+                and self.storage_status == "modified" and self.candidate_plan.column_pairs:
+            self._counts = self._counts_through_columns()
         if self._counts is None:
-            import pyarrow.compute as pc
-
-            c = DiffCounts()
-            for batch in self._changed_rows().batches():  # one pass, streamed when spilled
-                per_change = {v["values"]: v["counts"] for v in pc.value_counts(batch.column("change")).to_pylist()}
-                c.inserted += per_change.get("insert", 0)
-                c.deleted += per_change.get("delete", 0)
-                c.updated += per_change.get("update", 0)
-                c.cells_changed += int(pc.sum(pc.list_value_length(batch.column("changed_columns"))).as_py() or 0)
-            self._counts = c
+            self._counts = _count(self._changed_rows().batches())  # one pass, streamed when spilled
         return self._counts
+
+    def _counts_through_columns(self) -> DiffCounts | None:
+        """Counts of a fragment plan with column pairs, reading each pair's changed columns only
+        (no full images: :meth:`rows` takes those when asked)."""
+        narrow: list[pa.Table] = []
+        try:
+            rest = self._classify_candidates(narrow)
+        except PlanAssumptionError:
+            return None
+        return _count([*rest.batches(), *(b for t in narrow for b in t.to_batches())])
 
     @property
     def status(self) -> Status:
@@ -368,7 +374,7 @@ class TableDiff:
         sa = a.ds.schema if a.tv else b.ds.schema
         return tuple(empty_with_row_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
 
-    def _collect(self, out: CandidateBuffer) -> None:
+    def _collect(self, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""
         b, a = self.before_snapshot, self.after_snapshot
         plan = self.candidate_plan
@@ -385,7 +391,7 @@ class TableDiff:
             self.plan = DiffPlan(plan.method, fragments_read=len(plan.read_before) + len(plan.read_after),
                                  rows_planned=sum(out.rows))
             return
-        self._fragment_candidates(plan, out)
+        self._fragment_candidates(plan, out, narrow)
 
     @staticmethod
     def _changes_since(snap: Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
@@ -439,9 +445,12 @@ class TableDiff:
             out.add(side, t)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
-    def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer) -> None:
+    def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:
+        """Candidates of the fragment plan. ``narrow``: collect each column pair's classification
+        (read through its changed columns only) there instead of taking its rows' full images."""
         b, a = self.before_snapshot, self.after_snapshot
         report = DiffPlan("fragments", fragments_skipped=plan.skipped, fragments_deletion_only=len(plan.deletion_pairs),
+                          fragments_columns_only=len(plan.column_pairs),
                           fragments_read=len(plan.read_before) + len(plan.read_after))
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
@@ -449,6 +458,15 @@ class TableDiff:
             rb, ra = stable_row_ids(b, frag_b), stable_row_ids(a, frag_a)
             ids_b.append(set_minus(rb, ra))
             ids_a.append(set_minus(ra, rb))
+        key, common, added = self.compared_columns()
+        for pair in plan.column_pairs:
+            rows = column_pairs.compare_pair(b, a, pair, key, common, added)
+            if narrow is not None:
+                narrow.append(rows)
+                continue
+            pb, pa_ = column_pairs.row_ids(rows)
+            ids_b.append(pb)
+            ids_a.append(pa_)
         for side, snap, fragments in ((0, b, plan.read_before), (1, a, plan.read_after)):
             for frag in fragments:
                 for t in scan(snap, fragments=[frag]):
@@ -478,13 +496,13 @@ class TableDiff:
                 self.plan = DiffPlan(self._candidate_plan.method)
                 self._fallback_from = tried
 
-    def _classify_candidates(self) -> ChangedRows:
+    def _classify_candidates(self, narrow: list[pa.Table] | None = None) -> ChangedRows:
         key, common, added = self.compared_columns()
         schemas = self._side_schemas()
         key_schema = pl.from_arrow(schemas[1].empty_table().select(key)).schema
         buffer = CandidateBuffer(key, key_schema, self._memory_budget)
         try:
-            self._collect(buffer)
+            self._collect(buffer, narrow)
             columns = [[c for c in s.names if c not in key and c != ROWID] for s in schemas]
 
             def run(before: pa.Table, after: pa.Table) -> pa.Table:
@@ -497,6 +515,20 @@ class TableDiff:
         finally:
             buffer.close()
             self.plan.fallback_from = self._fallback_from
+
+
+def _count(batches: Iterable[pa.RecordBatch]) -> DiffCounts:
+    """Counts of classified rows, batch by batch."""
+    import pyarrow.compute as pc
+
+    c = DiffCounts()
+    for batch in batches:
+        per_change = {v["values"]: v["counts"] for v in pc.value_counts(batch.column("change")).to_pylist()}
+        c.inserted += per_change.get("insert", 0)
+        c.deleted += per_change.get("delete", 0)
+        c.updated += per_change.get("update", 0)
+        c.cells_changed += int(pc.sum(pc.list_value_length(batch.column("changed_columns"))).as_py() or 0)
+    return c
 
 
 def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:

@@ -18,6 +18,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
+from trimerge.diff.columns import ColumnPair, Layout, changed_columns, key_signature
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.repository import Repository
 
@@ -70,27 +71,22 @@ def lineage(repo: Repository, tv: TableVersion) -> list[tuple[str, int]]:
     return chain
 
 
-FragmentKey = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-def fragment_files(snap: Snapshot) -> dict[FragmentKey, tuple[Any, str | None]]:
-    """Map each fragment's data files — (resolved path, Lance field ids it holds), sorted — to
-    (fragment, resolved deletion-file path)."""
+def fragment_layouts(snap: Snapshot) -> list[Layout]:
+    """Each fragment with its data files — (resolved path, Lance field ids it holds) — and its
+    resolved deletion-file path (paths resolved through base paths: fragment ids collide across
+    branches, files do not)."""
     bases = {k: v.path for k, v in snap.ds.base_paths().items()}
-    out = {}
+    out = []
     for frag in snap.ds.get_fragments():
         meta = frag.metadata  # attributes, not to_json(): that serializes every inline row id
-        if meta.overlays:
-            key = ((f"overlay:{snap.root}:{frag.fragment_id}", ()),)  # never matches: read in full
-        else:
-            key = tuple(sorted((f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}",
-                                tuple(d.fields)) for d in meta.files))
+        files = tuple(sorted((f"{bases[d.base_id] if d.base_id is not None else snap.root}/data/{d.path}",
+                              tuple(d.fields)) for d in meta.files))
         dfile = meta.deletion_file
         dpath = None
         if dfile:
             base = bases[dfile.base_id] if dfile.base_id is not None else snap.root
             dpath = f"{base}/{frag.deletion_file()}"
-        out[key] = (frag, dpath)
+        out.append(Layout(frag, files, dpath, bool(meta.overlays)))
     return out
 
 
@@ -134,21 +130,6 @@ def column_fields(snap: Snapshot) -> dict[str, tuple[frozenset[int], str]]:
     return {f.name(): (frozenset(ids(f)), str(f.to_arrow().type)) for f in snap.ds.lance_schema.fields()}
 
 
-def unstable_fields(before: Snapshot, after: Snapshot) -> set[int]:
-    """Field ids whose presence in a data file makes identical files unequal in values: those of
-    every column the after side reads through other field ids (or another type) than the before
-    side — a column added, dropped and re-added, retyped, or kept on one side only while the other
-    dropped it. A file without them contributes nulls to such a column on the after side, which
-    is no change (an added column counts where it is not null)."""
-    fb, fa = column_fields(before), column_fields(after)
-    out: set[int] = set()
-    for name, spec in fa.items():
-        old = fb.get(name)
-        if old != spec:
-            out |= spec[0] | (old[0] if old else frozenset())
-    return out
-
-
 def live_rows(frag: Any) -> int:
     meta = frag.metadata
     deleted = (meta.deletion_file.num_deleted_rows or 0) if meta.deletion_file else 0
@@ -180,6 +161,7 @@ class CandidatePlan:
     read_before: list[Any] = field(default_factory=list)  # fragments read whole, per side
     read_after: list[Any] = field(default_factory=list)
     deletion_pairs: list[tuple[Any, Any]] = field(default_factory=list)  # same data files, other deletions
+    column_pairs: list[ColumnPair] = field(default_factory=list)  # same rows, some columns to compare
     skipped: int = 0  # identical fragments
     estimated_rows: int = 0  # candidate rows of the fragment plan, from metadata (an upper bound)
 
@@ -199,9 +181,11 @@ def plan_candidates(before: Snapshot, after: Snapshot, method: str = "auto") -> 
       every row whose values changed got a new row version, and rows older than ``p`` keep their
       stable row ids on both sides. A chain ends at a restore (revert, failed-write rollback), an
       overwrite, a dropped or retyped column.
-    * ``fragments``: same dataset. A fragment whose data files (path and field ids) and deletion
-      file are identical on both sides holds the same live rows, so it is skipped — unless a
-      compared column is read through other field ids on the two sides and the files hold them.
+    * ``fragments``: same dataset. Fragments whose key columns live in the same data file on both
+      sides hold the same physical rows (:mod:`trimerge.diff.columns`): only the columns whose
+      files differ are read (none: skipped, or only the rows whose deletion state differs);
+      other fragments are read whole. Chosen over ``delta`` when it reads columns instead of
+      whole rows (:func:`columns_cheaper`).
     * ``full``: always (both sides read whole and joined by key)."""
     if method not in PLAN_CHOICES:
         from trimerge.lineage.errors import InvalidOperationError
@@ -218,31 +202,53 @@ def plan_candidates(before: Snapshot, after: Snapshot, method: str = "auto") -> 
         return CandidatePlan("full", read_before=list(b.ds.get_fragments()), read_after=list(a.ds.get_fragments()),
                              estimated_rows=b.ds.count_rows() + a.ds.count_rows())
     plan = CandidatePlan("fragments")
-    fb, fa = fragment_files(b), fragment_files(a)
-    unstable = unstable_fields(b, a)
-    for files in fb.keys() | fa.keys():
-        in_b, in_a = fb.get(files), fa.get(files)
-        if in_b and in_a and unstable and any(unstable.intersection(fields) for _, fields in files):
-            # Same files, but a compared column is read through other field ids on the two sides.
-            plan.read_before.append(in_b[0])
-            plan.read_after.append(in_a[0])
-            plan.estimated_rows += live_rows(in_b[0]) + live_rows(in_a[0])
-            continue
-        if in_b and in_a:
-            if in_b[1] == in_a[1]:
-                plan.skipped += 1
+    fb, fa = column_fields(b), column_fields(a)
+    key = list(b.tv.primary_key)
+    compared = [c for c in a.schema.names if c not in key]
+    if all(fb.get(k) == fa.get(k) for k in key) and tuple(b.tv.primary_key) == tuple(a.tv.primary_key):
+        key_ids = frozenset().union(*(fb[k][0] for k in key))
+        layouts_b = fragment_layouts(b)
+        by_signature = {sig: lay for lay in layouts_b if (sig := key_signature(lay, key_ids)) is not None}
+        unpaired_b = [lay for lay in layouts_b if key_signature(lay, key_ids) is None]  # overlays: read whole
+        for lay in fragment_layouts(a):
+            sig = key_signature(lay, key_ids)
+            match = by_signature.pop(sig, None) if sig is not None else None
+            if match is None:
+                plan.read_after.append(lay.fragment)
+                plan.estimated_rows += live_rows(lay.fragment)
                 continue
-            plan.deletion_pairs.append((in_b[0], in_a[0]))
-            plan.estimated_rows += abs(live_rows(in_b[0]) - live_rows(in_a[0]))
-        else:
-            (plan.read_before if in_b else plan.read_after).append((in_b or in_a)[0])
-            plan.estimated_rows += live_rows((in_b or in_a)[0])
+            columns = changed_columns(match, lay, fb, fa, compared)
+            if columns:
+                plan.column_pairs.append(ColumnPair(match.fragment, lay.fragment, columns))
+                plan.estimated_rows += live_rows(match.fragment) + live_rows(lay.fragment)
+            elif match.deletion != lay.deletion:
+                plan.deletion_pairs.append((match.fragment, lay.fragment))
+                plan.estimated_rows += abs(live_rows(match.fragment) - live_rows(lay.fragment))
+            else:
+                plan.skipped += 1
+        for lay in [*by_signature.values(), *unpaired_b]:
+            plan.read_before.append(lay.fragment)
+            plan.estimated_rows += live_rows(lay.fragment)
+    else:  # the key itself was retyped: no fragment holds the same key on both sides
+        plan.read_before = list(b.ds.get_fragments())
+        plan.read_after = list(a.ds.get_fragments())
+        plan.estimated_rows = b.ds.count_rows() + a.ds.count_rows()
     common = common_version(b, a) if method in ("auto", "delta") else None
     # Row versions exist only with stable row ids (an imported dataset may lack them).
     if common is not None and b.tv.delta_exact_from(common) and a.tv.delta_exact_from(common) \
-            and b.ds.has_stable_row_ids and a.ds.has_stable_row_ids:
+            and b.ds.has_stable_row_ids and a.ds.has_stable_row_ids and not (method == "auto" and columns_cheaper(plan)):
         plan.method, plan.common_version = "delta", common
     return plan
+
+
+def columns_cheaper(plan: CandidatePlan) -> bool:
+    """Whether the fragment plan beats the delta plan: it has column pairs (whose rows a delta
+    would read whole, every column) and reads no more rows whole than those pairs hold — a column
+    write (a backfill, a re-embedding) is diffed by reading its columns only."""
+    if not plan.column_pairs:
+        return False
+    whole = sum(live_rows(f) for f in (*plan.read_before, *plan.read_after))
+    return whole <= sum(live_rows(p.after) for p in plan.column_pairs)
 
 
 def choose_engine(engine: str, plan: CandidatePlan, threshold: int | None = None) -> str:

@@ -27,6 +27,7 @@ import lance
 import pyarrow as pa
 from ulid import ULID
 
+from trimerge.diff import columns as column_pairs
 from trimerge.diff.rules import change_kind_spark, same_values_spark
 from trimerge.diff.planner import set_minus, stable_row_ids
 from trimerge.lineage.errors import TrimergeError
@@ -154,6 +155,11 @@ def plan_tasks(td: "TableDiff") -> tuple[list[dict], list[dict]]:
         rb, ra = stable_row_ids(b, frag_b), stable_row_ids(a, frag_a)
         ids_b.append(set_minus(rb, ra))
         ids_a.append(set_minus(ra, rb))
+    key, common, added = td.compared_columns()
+    for pair in plan.column_pairs:  # compared on the driver through their changed columns only
+        pb, pa_ = column_pairs.row_ids(column_pairs.compare_pair(b, a, pair, key, common, added))
+        ids_b.append(pb)
+        ids_a.append(pa_)
     before = _side_tasks_full(b, plan.read_before) + (_side_tasks_rows(b, pa.concat_arrays(ids_b)) if ids_b else [])
     after = _side_tasks_full(a, plan.read_after) + (_side_tasks_rows(a, pa.concat_arrays(ids_a)) if ids_a else [])
     return before, after

@@ -334,11 +334,23 @@ class Transaction:
             ds = columnwrites.write_columns(self._writable(name), table, plan, pk)
             self._ops.append(f"update {name}")
             self._written(name, ds.version, ds)
-        rest = table.take(pa.array(plan.row_positions, pa.int64()))
-        if rest.num_rows or not plan.by_fragment:
-            current = tbl.rows_with_keys(self.repo.table_store.open_version(self._table(name)), rest.select(pk))
-            self.upsert(name, tbl.replace_columns(current, rest, pk, changing).select(schema.names))
-            self._ops[-1] = f"update {name}"
+        if len(plan.row_positions):
+            self._rewrite_rows(name, table, plan.row_ids[plan.row_positions], plan.row_positions, pk, schema.names)
+
+    def _rewrite_rows(self, name: str, changes: Any, ids: Any, positions: Any, pk: list[str],
+                      columns: list[str]) -> None:
+        """The row half of an update: the stored rows ``ids`` with the changed columns of
+        ``changes`` (rows ``positions``) put in, written as new rows in one Lance commit."""
+        changes = changes.take(pa.array(positions, pa.int64()))
+        ids = pa.array(ids, pa.uint64())
+        head = self.dataset(name)
+        current = pa.concat_tables([head._take_rows(ids.slice(i, 1 << 16), columns=columns)
+                                    for i in range(0, len(ids), 1 << 16)])
+        rows = pa.table([changes.column(c) if c in changes.column_names else current.column(c) for c in columns],
+                        schema=head.schema)
+        if not self.replace_rows(name, ids, changes.select(pk), rows):
+            raise InvalidOperationError(f"update {name}: the rows moved while they were being updated; retry")
+        self._ops[-1] = f"update {name}"
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""

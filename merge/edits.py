@@ -41,11 +41,15 @@ class TablePlan:
     ids_complete: bool = True
     executed: Any = None  # rows kept by Spark executors, written by them (merge.spark.SparkFold)
     indices: dict[str, tuple] | None = None  # the merged index definitions (None: dest's stay as they are)
+    #: Source-only updates written as changed columns (``key + columns`` tables, see
+    #: :func:`trimerge.merge.rows.take_source_rows`); set by folds whose publish can write them.
+    by_columns: bool = False
+    column_updates: dict[tuple[str, ...], "RowSpool"] = field(default_factory=dict)
 
     @property
     def writes(self) -> bool:
         return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes
-                    or (self.executed is not None and self.executed.writes))
+                    or self.column_updates or (self.executed is not None and self.executed.writes))
 
     def replace(self, ids: pa.Array, keys: pa.Table) -> None:
         """Remember that dest's rows ``ids`` (holding ``keys``) are replaced or deleted."""

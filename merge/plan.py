@@ -231,6 +231,7 @@ class ThreeWay:
         if "spark" in (d_o.engine, d_t.engine) and not plan.restore_columns:  # restoring rewrites every row id
             self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
         else:
+            plan.by_columns = True
             for ours, theirs in paired_rows(d_o, d_t, o.primary_key, schema.schema):
                 classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
                 fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))

@@ -42,6 +42,10 @@ def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None
     if plan.executed is not None:
         plan.executed.write(tx, name)
         return
+    for spool in plan.column_updates.values():  # one update per set of changed columns
+        parts = list(spool.tables())
+        tx.update(name, pa.concat_tables(parts) if len(parts) > 1 else parts[0])  # columns or rows, by cost
+        spool.close()
     schema = tx.schema(name)
 
     def conformed() -> Iterator[pa.Table]:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from trimerge.diff.rules import same_values
 from trimerge.merge.classify import (CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col,
                                      struct_fields)
-from trimerge.merge.edits import TablePlan, conform_rows
+from trimerge.merge.edits import RowSpool, TablePlan, conform_rows
 from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, cell_value, given_row
 from trimerge.merge.result import Conflict, json_text
 
@@ -39,12 +39,18 @@ def fold(plan: TablePlan, cl: Classified, resolver: Resolver, merged: pa.Schema,
 
 def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> None:
     """Keys only the source changed: dest still holds their base image (at the base's row id), so
-    the source's row replaces it; columns the source lacks keep the base image's values."""
+    the source's row replaces it; columns the source lacks keep the base image's values. With
+    ``plan.by_columns``, updated rows are written as their changed columns only (key + the union
+    of the columns the source changed: the others equal dest's values already), which the publish
+    writes as column files where that is cheaper (a backfill merged back writes one column)."""
     if not rows.height:
         return
+    plan.stats.rows_from_source += rows.height
     deletes = rows.filter(pl.col("change") == "delete")
     if deletes.height:
         plan.deletes.append(deletes.select(key).to_arrow())
+    if plan.by_columns:
+        rows = _take_changed_columns(plan, rows, key, merged)
     existing = rows.filter(pl.col("change") != "insert")
     if existing.height:
         plan.replace(existing["_before_rowid"].to_arrow(), existing.select(key).to_arrow())
@@ -57,7 +63,27 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
         base = keep.select(*key, *[pl.col("before").struct.field(n).alias(n) for n in before]).to_arrow() \
             if before else None
         plan.upserts.append(conform_rows(values, merged, fallback=base))
-    plan.stats.rows_from_source += rows.height
+
+
+def _take_changed_columns(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> pl.DataFrame:
+    """Add the updated rows to ``plan.column_updates`` as key + changed columns; return the rows
+    left for whole-row writes (inserts, deletes, and updates of a column that cannot be cast)."""
+    updates = rows.filter(pl.col("change") == "update")
+    if not updates.height:
+        return rows
+    changed = set(updates["changed_columns"].explode().drop_nulls().to_list())
+    after = struct_fields(updates, "after")
+    columns = [f for f in merged if f.name in changed]
+    if not columns or any(f.name not in after for f in columns):
+        return rows
+    values = updates.select(*key, *[pl.col("after").struct.field(f.name).alias(f.name) for f in columns]).to_arrow()
+    try:
+        values = pa.table([values.column(c).cast(merged.field(c).type) for c in values.column_names],
+                          schema=pa.schema([merged.field(c).with_nullable(True) for c in values.column_names]))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return rows  # a type conflict dest keeps: whole rows, with dest's values as the fallback
+    plan.column_updates.setdefault(tuple(values.column_names), RowSpool()).append(values)
+    return rows.filter(pl.col("change") != "update")
 
 
 def dest_side(plan: TablePlan, column: str) -> str:
