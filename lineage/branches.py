@@ -19,6 +19,7 @@ from trimerge.lineage.retention import DeletionRecord
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
+    from trimerge.lineage.reset import ResetResult
 
 
 class BranchManager:
@@ -62,14 +63,16 @@ class BranchManager:
         repo.check_readable(commit)
         parent = source if self.exists(source) else None
         crashpoint("branch_resolved")
-        created = repo.refs.create_branch(Branch(name, commit.id, str(ULID()), now(), parent))
+        created = repo.refs.create_branch(Branch(name, commit.id, str(ULID()), now(), parent),
+                                          actor=repo.default_actor(), reason=f"branch: created from {source}")
         if created is None:
             raise AlreadyExistsError(f"branch {name!r} exists already")
         crashpoint("branch_ref_created")
         try:
             repo.reclaimed.check([commit.id])  # after the ref exists: see trimerge.lineage.gc
         except BaseException:
-            repo.refs.delete_branch(name)
+            repo.refs.delete_branch(name, old=commit.id, actor=repo.default_actor(),
+                                    reason="branch: creation undone (its commit is reclaimed by gc)")
             raise
         return created
 
@@ -99,10 +102,18 @@ class BranchManager:
         try:
             # The record first: gc reads refs before records, so the tip is always rooted somewhere.
             repo.deletions.record("branch", name, branch.commit_id, now())
-            repo.refs.delete_branch(name)
+            repo.refs.delete_branch(name, old=branch.commit_id, actor=repo.default_actor())
         finally:
             lease.release()
         return branch
+
+    def reset(self, name: str, ref: str, *, actor: str | None = None, dry_run: bool = False) -> "ResetResult":
+        """Move branch ``name`` to ``ref``, as git's ``reset --hard`` moves a branch (see
+        :func:`trimerge.lineage.reset.reset`): under the branch's lease, recorded in the reflog, so
+        ``reset(name, f"{name}@{{1}}")`` undoes it."""
+        from trimerge.lineage.reset import reset
+
+        return reset(self.repo, name, ref, actor=actor, dry_run=dry_run)
 
     def children(self, name: str) -> list[Branch]:
         """The existing branches created from branch ``name`` — from its current incarnation: a

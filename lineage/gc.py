@@ -12,7 +12,8 @@ Only what trimerge creates is ever removed: folders named ``<table>-<ulid>`` and
 **Protocol** (one collector at a time, under the ``__gc__`` lease):
 
 1. *List* the candidates: datasets, their forks and versions, and every stored commit id.
-2. *Read the roots*, always in this order: intents, then refs, then deletion records.
+2. *Read the roots*, always in this order: intents, then refs, then deletion records, then the
+   reflog entries younger than ``retention`` (a ref move records its entry before it moves).
 3. *Condemn*: record the listed commits that no root reaches in ``gc/reclaimed.json`` (state: this run).
 4. *Read the roots again*, and take back every condemned commit they now reach.
 5. *Delete* what step 1 listed and neither reading wants; mark the condemned commits ``reclaimed``.
@@ -80,6 +81,7 @@ class GcReport:
     temp_files_removed: int = 0
     stale_leases_removed: int = 0  # leases of scratch transactions whose process died
     deletion_records_expired: int = 0
+    reflog_entries_expired: int = 0
     bytes_freed: int = 0
     pending: list[str] = field(default_factory=list)  # forks other forks still start from
     left_alone: list[str] = field(default_factory=list)  # entries under tables/ trimerge did not create
@@ -218,6 +220,9 @@ class Collector:
         for record in self.deletions.records():
             if not record.expired(self.retention, self.started) and record.commit_id not in condemned:
                 starts.append(record.commit_id)
+        for entry in repo.refs.reflog.all_entries():  # after the refs: a move records its entry first
+            if self.started - entry.time < self.retention:
+                starts += [c for c in (entry.old, entry.new) if c and c not in condemned]
         if starts:
             for cid in graphalg.iter_history(repo.commits, starts):
                 roots.commits.add(cid)
@@ -315,6 +320,7 @@ class Collector:
             if record.expired(self.retention, self.started) or record.commit_id in commits:
                 self.deletions.remove(record)
                 self.report.deletion_records_expired += 1
+        self.report.reflog_entries_expired = self.repo.refs.reflog.expire(self.retention, self.started)
         for key in self.repo.docs.list(LEGACY_RECLAIM):
             self.repo.docs.delete(key)
         self.sweep_scratch_leases()

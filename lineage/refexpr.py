@@ -32,6 +32,7 @@ _DIGITS = frozenset("0123456789")  # str.isdigit would also accept other scripts
 # Far beyond any history length; stops absurd inputs before int() and the walk see them.
 _MAX_STEP_DIGITS = 18
 _MIN_PREFIX = 4
+_AT_N = re.compile(r"(?P<name>.+)@\{(?P<n>[0-9]{1,9})\}")  # NAME@{N}: a reflog entry
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
 _ID_PREFIX = re.compile(rf"[0-9a-f]{{{_MIN_PREFIX},63}}")
 _SHORT = 7  # id length shown in messages
@@ -153,11 +154,15 @@ def parse_ref_expr(text: str) -> RefExpr:
 def resolve_base(name: str, ns: RefNamespace) -> str:
     """Resolve a ref name (no steps) to a full commit id.
 
-    Order, as in lakeFS: a full 64-hex commit id, then a branch, then a tag, then a unique
+    ``NAME@{N}`` is the N-th previous value of ``NAME`` in its reflog (when ``ns`` has a
+    ``reflog_value(name, n)`` method). Otherwise, in lakeFS order: a full 64-hex commit id, then a branch, then a tag, then a unique
     commit-id prefix of at least 4 hex digits. Hex ids are matched case-insensitively (like
     git). Raises :class:`AmbiguousRefError` (with ``candidates``) for a prefix matching
     several commits and :class:`RefNotFoundError` when nothing matches.
     """
+    at = _AT_N.fullmatch(name)
+    if at is not None and hasattr(ns, "reflog_value"):
+        return ns.reflog_value(at.group("name"), int(at.group("n")))
     lowered = name.lower()
     if _FULL_ID.fullmatch(lowered) and ns.commit_exists(lowered):
         return lowered

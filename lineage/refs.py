@@ -94,7 +94,16 @@ class RefStore:
     """Branch and tag documents."""
 
     def __init__(self, docs: Documents):
+        from trimerge.lineage.reflog import Reflog  # it names refs as this module does
+
         self.docs = docs
+        self.reflog = Reflog(docs)
+
+    def _logged(self, name: str, old: str | None, new: str | None, actor: str, reason: str) -> str | None:
+        """Record a move of a user branch in the reflog, before the move (see :mod:`trimerge.lineage.reflog`)."""
+        if is_internal_branch(name) or name.startswith("rebasing/") or old == new:
+            return None  # internal and temporary branches (a rebase's replays) have no reflog
+        return self.reflog.record(name, old, new, actor, reason)
 
     @staticmethod
     def branch_key(name: str) -> str:
@@ -124,18 +133,29 @@ class RefStore:
         names = [unquote(k.rsplit("/", 1)[1].removesuffix(".json")) for k in self.docs.list(BRANCHES)]
         return [n for n in names if include_internal or not is_internal_branch(n)]
 
-    def create_branch(self, branch: Branch) -> Branch | None:
-        """Create the branch document; None if the name is taken."""
+    def create_branch(self, branch: Branch, *, actor: str = "", reason: str = "branch: created") -> Branch | None:
+        """Create the branch document; None if the name is taken. Recorded in the reflog."""
+        entry = self._logged(branch.name, None, branch.commit_id, actor, reason)
         version = self.docs.create(self.branch_key(branch.name), branch.to_json())
+        if version is None and entry:
+            self.reflog.discard(entry)
         return None if version is None else replace(branch, version=version)
 
-    def move_branch(self, branch: Branch, commit_id: str) -> Branch | None:
-        """Point ``branch`` at ``commit_id`` if its document is unchanged since ``branch`` was read."""
+    def move_branch(self, branch: Branch, commit_id: str, *, actor: str = "", reason: str = "") -> Branch | None:
+        """Point ``branch`` at ``commit_id`` if its document is unchanged since ``branch`` was read
+        (recorded in the reflog, with ``actor`` and ``reason``)."""
+        entry = self._logged(branch.name, branch.commit_id, commit_id, actor, reason)
         version = self.docs.swap(self.branch_key(branch.name), replace(branch, commit_id=commit_id).to_json(),
                                  branch.version)
+        if version is None and entry:
+            self.reflog.discard(entry)
         return None if version is None else replace(branch, commit_id=commit_id, version=version)
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, *, old: str | None = None, actor: str = "",
+                      reason: str = "branch: deleted") -> None:
+        """Remove the branch document; ``old`` (its tip) is recorded in the reflog when given."""
+        if old is not None:
+            self._logged(name, old, None, actor, reason)
         self.docs.delete(self.branch_key(name))
 
     # -- tags
@@ -194,7 +214,8 @@ def publish(commits: CommitStore, refs: RefStore, branch: Branch, commit: Commit
     if not stored:
         commits.put(commit)
     crashpoint("after_commit_object")
-    moved = refs.move_branch(branch, commit.id)
+    kind = "merge" if len(commit.parents) > 1 else "commit"
+    moved = refs.move_branch(branch, commit.id, actor=commit.actor, reason=f"{kind}: {commit.message}")
     if moved is None:
         raise ConcurrentWriteError(f"branch {branch.name!r} moved during the write; refresh and retry")
     return moved

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
 
     from trimerge.lineage.indices import IndexInfo
+    from trimerge.lineage.reflog import ReflogEntry
+    from trimerge.lineage.restore import RestoreResult
     from trimerge.lineage.transaction import Transaction
 
 from trimerge.lineage import entities
@@ -49,6 +51,7 @@ from trimerge.lineage.commits import CommitStore
 from trimerge.lineage.documents import Documents
 from trimerge.lineage.errors import (
     AlreadyExistsError,
+    BranchNotFoundError,
     CorruptRepositoryError,
     DataReclaimedError,
     InvalidOperationError,
@@ -122,6 +125,10 @@ class _RefNamespace:
     def ids_with_prefix(self, prefix: str) -> list[str]:
         return self.repo.commits.ids_with_prefix(prefix)
 
+    def reflog_value(self, name: str, n: int) -> str:
+        """The commit ``name@{n}`` names (see :mod:`trimerge.lineage.reflog`)."""
+        return self.repo.refs.reflog.nth(name, n, self.repo.reflog_current(name))
+
 
 class Repository:
     """A multi-table Lance repository with git-style commits, branches and tags.
@@ -165,7 +172,8 @@ class Repository:
                                   message="Repository created", metadata={}, branch=MAIN, tables={})
         repo.commits.put(root)
         for name in (MAIN, SCHEMA_LOCK_BRANCH):
-            repo.refs.create_branch(Branch(name, root.id, str(ULID()), created, None))
+            repo.refs.create_branch(Branch(name, root.id, str(ULID()), created, None), actor=root.actor,
+                                    reason="init: repository created")
         # Written last: a location without repo.json is not a repository (an interrupted init).
         doc = {"format": 1, "created_at": format_time(created), "root": root.id, "location": location.uri}
         if repo.docs.create(REPO_DOC, doc, nonce=False) is None:
@@ -240,8 +248,46 @@ class Repository:
     def switch(self, branch: str) -> Branch:
         """Make ``branch`` the current branch (the default of writes and reads)."""
         b = self.branches.get(branch)
+        before = self.current_branch
         self.refs.set_head(b.name)
+        if before != b.name:
+            old = self.refs.branch(before)
+            self.refs.reflog.record(HEAD, old.commit_id if old else None, b.commit_id, self.default_actor(),
+                                    f"switch: moving from {before} to {b.name}")
         return b
+
+    def reflog(self, ref: str | None = None, limit: int | None = None) -> list["ReflogEntry"]:
+        """The moves of ``ref`` (a branch, or ``HEAD`` for switches; default: every ref), newest
+        first: ref, old and new commit, actor, time, reason. ``NAME@{N}`` in a ref expression is
+        the N-th previous value of NAME (see :mod:`trimerge.lineage.reflog`)."""
+        from trimerge.lineage.reflog import checked_limit
+
+        limit = checked_limit(limit)
+        log = self.refs.reflog
+        if ref is None:
+            found = [e for r in log.refs() for e in log.entries(r, self.reflog_current(r))]
+            found.sort(key=lambda e: e.key.rsplit("/", 1)[-1], reverse=True)
+        else:
+            if not isinstance(ref, str) or (ref != HEAD and not self.branches.exists(ref) and not log.raw(ref)):
+                raise BranchNotFoundError(f"no branch {ref!r} and no reflog of it")
+            found = log.entries(ref, self.reflog_current(ref)) if ref != HEAD else log.raw(ref)
+        return found[:limit] if limit is not None else found
+
+    def reflog_current(self, ref: str) -> str | None:
+        """The commit ``ref`` names now (HEAD: the current branch's tip; None: no such branch)."""
+        if ref == HEAD:
+            ref = self.current_branch
+        b = self.refs.branch(ref)
+        return b.commit_id if b else None
+
+    def restore(self, table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
+                message: str | None = None, dry_run: bool = False) -> "RestoreResult":
+        """One commit on ``branch`` in which ``table`` equals its state at ``ref`` (rows, schema,
+        indices), without copying data; dropped if it did not exist there, brought back if the
+        branch no longer has it (see :mod:`trimerge.lineage.restore`)."""
+        from trimerge.lineage.restore import restore
+
+        return restore(self, table, ref, branch=branch, actor=actor, message=message, dry_run=dry_run)
 
     def default_ref(self, ref: str | None) -> str:
         """``ref``, or the current branch when it is None or ``HEAD``."""

@@ -1,4 +1,4 @@
-"""trimerge.merge: three-way merge, revert and cherry-pick with CI conflict reports."""
+"""trimerge.merge: three-way merge, revert, cherry-pick and rebase with CI conflict reports."""
 
 from trimerge.merge.engine import (
     Conflict,
@@ -10,12 +10,14 @@ from trimerge.merge.engine import (
     merge,
     revert,
 )
+from trimerge.merge.rebase import RebaseConflictError, RebaseResult, rebase
 
-__all__ = ["Conflict", "MergeBaseError", "MergeConflictError", "MergeResult", "TableMergeStats", "cherry_pick",
-           "merge", "revert"]
+__all__ = ["Conflict", "MergeBaseError", "MergeConflictError", "MergeResult", "RebaseConflictError", "RebaseResult",
+           "TableMergeStats", "cherry_pick", "merge", "rebase", "revert"]
 
 from trimerge.lineage.boundary import guarded as _guarded  # noqa: E402 - the API's edge
 
 merge = _guarded(merge)
 revert = _guarded(revert)
 cherry_pick = _guarded(cherry_pick)
+rebase = _guarded(rebase)

@@ -80,10 +80,15 @@ def _check_strategy_tables(strategy: Any, tables: set[str]) -> None:
 
 def plan_merge(repo: Repository, base: Mapping[str, TableVersion], ours: Commit, theirs: Commit, *,
                resolver: Resolver, granularity: str, engine: str = "local", spark: Any = None,
-               base_is_scratch: bool = False, max_conflicts: int | None = None, verify: bool = False) -> ThreeWay:
+               base_is_scratch: bool = False, max_conflicts: int | None = None, verify: bool = False,
+               only: set[str] | None = None) -> ThreeWay:
     """Plan the merge of ``theirs`` into ``ours`` against ``base`` (nothing is written). Close the
-    result when done with it (Spark folds keep their rows on executors until then)."""
-    three = ThreeWay(repo, base, ours.tables, theirs.tables, resolver=resolver, granularity=granularity,
+    result when done with it (Spark folds keep their rows on executors until then). ``only``: plan
+    just these tables (the others stay as dest has them)."""
+    def pick(tables: Mapping[str, TableVersion]) -> Mapping[str, TableVersion]:
+        return tables if only is None else {n: tv for n, tv in tables.items() if n in only}
+
+    three = ThreeWay(repo, pick(base), pick(ours.tables), pick(theirs.tables), resolver=resolver, granularity=granularity,
                      engine=engine, spark=spark, base_is_scratch=base_is_scratch, max_conflicts=max_conflicts,
                      verify=verify)
     try:
@@ -104,7 +109,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
          granularity: str, dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
          conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
-         verify: bool | None = None) -> MergeResult:
+         verify: bool | None = None, only: set[str] | None = None) -> MergeResult:
     validate_options(strategy, granularity)
     _check_limit(max_conflicts)
     if conflicts_file:
@@ -119,7 +124,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
         resolver = Resolver(given, strategy)
         three = plan_merge(repo, base_tables, ours, theirs, resolver=resolver, granularity=granularity,
                            engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts,
-                           verify=verify_requested(verify))
+                           verify=verify_requested(verify), only=only)
         try:
             result = _finish(repo, three, given, resolver, source_ref=source_ref, dest=dest, ours=ours, theirs=theirs,
                              bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
@@ -169,12 +174,31 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
     return result
 
 
+def checked_tables(tables: Any, known: set[str]) -> set[str] | None:
+    """``tables=`` of a per-table merge: None (every table), or a non-empty list of table names
+    that one side or the other has."""
+    if tables is None:
+        return None
+    if isinstance(tables, str):
+        tables = [tables]
+    if not isinstance(tables, (list, tuple, set, frozenset)) or not all(isinstance(t, str) for t in tables):
+        raise InvalidOperationError(f"tables= takes a list of table names, not {tables!r}")
+    if not tables:
+        raise InvalidOperationError("tables= is empty: name at least one table to merge (or leave it out)")
+    unknown = sorted(t for t in tables if t not in known)
+    if unknown:
+        raise InvalidOperationError(f"tables= names no table of the source or the destination: {', '.join(unknown)} "
+                                    f"(tables: {', '.join(sorted(known)) or 'none'})")
+    return set(tables)
+
+
 def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
           dry_run: bool = False, actor: str | None = None, message: str | None = None,
           metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
           resolutions: Any = None, conflicts_file: str | None = None,
-          max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
+          max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None, squash: bool = False,
+          tables: list[str] | None = None) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -190,11 +214,20 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     ``result.conflicts`` holds at most ``max_conflicts`` conflicts (None: all; the count of all is
     ``result.conflicts_total``); ``conflicts_file`` (.parquet, .csv, .jsonl) receives every one,
     ready to be filled in as ``resolutions``. ``verify=True`` (default: env ``TRIMERGE_VERIFY=1``)
-    checks every diff the merge uses against the brute-force diff first (see ``diff``)."""
+    checks every diff the merge uses against the brute-force diff first (see ``diff``).
+
+    ``squash=True`` publishes the same merge as a one-parent commit on dest (its metadata names the
+    source tip; as in git, a later merge of the source starts again from the old merge base).
+    ``tables=[...]`` merges only those tables (the others stay as dest has them) as a one-parent
+    commit naming the source and the tables, so a later full merge of the source still brings the
+    rest."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
+    if not isinstance(squash, bool):
+        raise InvalidOperationError(f"squash= takes True or False, not {squash!r}")
     theirs = repo.resolve(src)
     ours = repo.resolve(dst)
+    only = checked_tables(tables, set(ours.tables) | set(theirs.tables))
     bases = repo.merge_bases(theirs.id, ours.id)
     if repo.is_ancestor(theirs.id, ours.id):
         # Nothing to merge, but a strategy naming no table is still a mistake worth saying.
@@ -202,11 +235,19 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                                | {t for b in bases for t in b.tables})
         return MergeResult(status="up-to-date", source_ref=src, source_commit=theirs, dest_ref=dst, dest_commit=ours,
                            base=bases, dry_run=dry_run, strategy=strategy, granularity=granularity)
+    extra: dict[str, str] = {}
+    default = f"Merge '{src}' into '{dst}'"
+    if only is not None:
+        extra["merge.tables"] = ",".join(sorted(only))
+        default = f"Merge table(s) {', '.join(sorted(only))} of '{src}' into '{dst}'"
+    if squash:
+        extra["merge.squash"] = "true"
+        default = "Squash " + default[0].lower() + default[1:]
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=bases, strategy=strategy,
                 granularity=granularity, dry_run=dry_run, actor=actor,
-                message=message or f"Merge '{src}' into '{dst}'", metadata=metadata, merge_commit=True,
-                engine=engine, spark=spark, resolutions=resolutions, conflicts_file=conflicts_file,
-                max_conflicts=max_conflicts, verify=verify)
+                message=message or default, metadata={**extra, **(metadata or {})},
+                merge_commit=not squash and only is None, engine=engine, spark=spark, resolutions=resolutions,
+                conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify, only=only)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,

@@ -33,12 +33,11 @@ OPTION_HELP: dict[tuple[str, str], str] = {
 GIT_HABITS = {
     "checkout": "use 'trimerge switch NAME' (create it: 'trimerge switch -c NAME'); read an old state with "
                 "'trimerge read TABLE --ref REF'",
-    "reset": "history is never rewritten: undo a commit with 'trimerge revert COMMIT', or start a branch at an "
-             "older commit with 'trimerge branch create NAME --from REF'",
-    "restore": "read an old state with 'trimerge read TABLE --ref REF'; undo a commit with 'trimerge revert COMMIT'",
+    "reset": "use 'trimerge branch reset NAME REF' (undo it with 'trimerge branch reset NAME NAME@{1}')",
+    "restore": "use 'trimerge table restore TABLE --ref REF' (one commit); read an old state with "
+               "'trimerge read TABLE --ref REF'",
     "add": "there is no staging: every write ('load', 'table create', 'delete') is a commit",
     "stash": "there is no working copy to stash: make a branch ('trimerge switch -c NAME') and write there",
-    "rebase": "use 'trimerge merge SOURCE' (history is never rewritten)",
     "pull": "a repository is one location shared by everyone (-C DIR or an s3:// URI): nothing to pull",
     "push": "a repository is one location shared by everyone (-C DIR or an s3:// URI): nothing to push",
     "fetch": "a repository is one location shared by everyone (-C DIR or an s3:// URI): nothing to fetch",

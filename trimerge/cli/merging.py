@@ -59,6 +59,9 @@ def _parse_strategy(values: tuple[str, ...]):
     return out
 
 
+parse_strategy = _parse_strategy  # public name, for other command modules (rebase)
+
+
 CONFLICTS_SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
 
 
@@ -74,7 +77,8 @@ def _check_output(path: str, what: str) -> None:
 
 #: API argument -> CLI option, for API messages shown on the command line.
 API_TO_CLI = {"strategy=": "--strategy", "resolutions=": "--resolve", "granularity=": "--granularity",
-              "conflicts_file=": "--conflicts", "dry_run=": "--dry-run"}
+              "conflicts_file=": "--conflicts", "dry_run=": "--dry-run",
+              "tables=": "--table", "squash=": "--squash"}
 
 
 def api_to_cli(message: str) -> str:
@@ -86,7 +90,8 @@ def api_to_cli(message: str) -> str:
 
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
-               resolve_file: str | None = None, verify: bool = False) -> None:
+               resolve_file: str | None = None, verify: bool = False, squash: bool = False,
+               tables: tuple[str, ...] = ()) -> None:
     from trimerge.lineage.errors import InvalidOperationError
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
@@ -108,6 +113,10 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
     dest = into or repo.current_branch
     try:
         extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}
+        if squash:
+            extra["squash"] = True
+        if tables:
+            extra["tables"] = list(tables)
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
@@ -192,9 +201,12 @@ def _write_reports(result: Any, reports: tuple[str, ...], published: bool) -> tu
               help="Where the row merge runs: on Spark, executors classify, resolve and write the rows "
                    "(revert and cherry-pick read small changes and always run locally).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log lines (hidden by default).")
+@click.option("--squash", is_flag=True, help="Publish the merge as a one-parent commit (its metadata names the source).")
+@click.option("--table", "tables", multiple=True, metavar="T",
+              help="Merge only table T (repeatable); the others stay as the destination has them.")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-              resolve_file, verify, engine, verbose) -> None:
+              resolve_file, verify, engine, verbose, squash, tables) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
@@ -205,8 +217,10 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
         from trimerge.diff.spark import get_spark
 
         spark = get_spark(verbose=True)
+    if any(not t for t in tables):
+        fail("--table needs a table name")
     _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
-               conflicts_file, resolve_file, verify)
+               conflicts_file, resolve_file, verify, squash, tables)
 
 
 @cli.command("revert")
