@@ -248,9 +248,12 @@ class Repository:
     def switch(self, branch: str) -> Branch:
         """Make ``branch`` the current branch (the default of writes and reads)."""
         b = self.branches.get(branch)
-        before = self.current_branch
+        try:
+            before = self.current_branch
+        except CorruptRepositoryError:  # a damaged HEAD is what switch repairs
+            before = None
         self.refs.set_head(b.name)
-        if before != b.name:
+        if before is not None and before != b.name:
             old = self.refs.branch(before)
             self.refs.reflog.record(HEAD, old.commit_id if old else None, b.commit_id, self.default_actor(),
                                     f"switch: moving from {before} to {b.name}")

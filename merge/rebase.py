@@ -145,6 +145,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
         raise InvalidOperationError(f"cannot rebase {name!r} onto {onto!r}: that is the branch itself or a descendant "
                                     f"of it (to move the branch there, use 'trimerge branch reset {name} {onto}')")
     result = RebaseResult("up-to-date", name, onto, tip, tip, dry_run=dry_run)
+    _sweep(repo)
     if repo.is_ancestor(target.id, tip):
         return result
     if not repo.merge_bases(tip, target.id):
@@ -157,7 +158,6 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
     result.skipped_merges = [c.id for c in merges]
     todo = [c for c in todo if len(c.parents) <= 1]
     given = _split_resolutions(resolutions, todo)
-    _sweep(repo)
     temp = f"{REPLAY_PREFIX}{str(ULID()).lower()}"
     owner = repo.branch_lease(temp + "-owner", f"rebase of {name}")
     owner.acquire(repo.lock_timeout, "rebase")

@@ -22,7 +22,7 @@ import pyarrow as pa
 import trimerge
 from trimerge.lineage.errors import (AlreadyExistsError, InvalidOperationError, PrimaryKeyError,
                                      SchemaMismatchError, TableNotFoundError)
-from trimerge.merge import cherry_pick, merge, revert
+from trimerge.merge import cherry_pick, merge, rebase, revert
 from trimerge.merge.result import MergeConflictError
 
 # What a repository may refuse on a well-formed random call (the message says why); nothing else.
@@ -46,7 +46,8 @@ WRITES = ("auto", "columns", "rows")  # how updates write (trimerge.lineage.colu
 # Each kind once per line; weights by repetition.
 KINDS = (["upsert"] * 4 + ["update"] * 2 + ["delete"] * 2 + ["delete_keys", "append", "overwrite", "rewrite",
          "compact", "add_column", "drop_column", "widen", "fill_column", "backfill"] + ["revert"] * 2 + ["cherry_pick"] + ["merge"] * 3
-         + ["crisscross", "drop_table", "create_table", "recreate", "branch", "multi"])
+         + ["crisscross", "drop_table", "create_table", "recreate", "branch", "multi"]
+         + ["reset", "restore", "rebase", "squash", "merge_tables"])  # history editing (issue 30)
 MAX_BRANCHES = 5
 
 NAN = float("nan")
@@ -130,7 +131,7 @@ class HistoryBuilder:
 
     def script(self) -> str:
         head = ["import pyarrow as pa", "import trimerge", "from trimerge.diff import diff",
-                "from trimerge.merge import merge, revert, cherry_pick", "nan = float('nan')",
+                "from trimerge.merge import merge, revert, cherry_pick, rebase", "nan = float('nan')",
                 "repo = trimerge.Repository.init('repro-repo')"]
         return "\n".join(head + self.lines)
 
@@ -197,7 +198,8 @@ class HistoryBuilder:
         branch = self.branches[branch_index % len(self.branches)]
         tables = self.tables_on(branch)
         table = rng.choice(tables) if tables else None
-        if table is None and kind not in ("merge", "crisscross", "revert", "cherry_pick", "branch"):
+        if table is None and kind not in ("merge", "crisscross", "revert", "cherry_pick", "branch", "reset", "rebase",
+                                          "squash", "merge_tables"):
             kind = "create_table"
         self._mark = len(self.lines)
         try:
@@ -407,6 +409,59 @@ class HistoryBuilder:
         strategy = rng.choice(STRATEGIES)
         self.emit(f"merge({self.ref(source)}, {branch!r}, repo=repo, strategy={strategy!r})")
         merge(source, branch, repo=self.repo, strategy=strategy)
+
+    def op_reset(self, rng, branch, table):
+        """Move the branch back (or, every third time, undo its last move through the reflog)."""
+        if rng.random() < 0.34 and len(self.repo.reflog(branch)) > 1:
+            target = f"{branch}@{{1}}"
+            self.emit(f"repo.branches.reset({branch!r}, {target!r})")
+        else:
+            older = self.repo.log(branch)[1:6]
+            if not older:
+                return
+            target = rng.choice(older).id
+            self.emit(f"repo.branches.reset({branch!r}, {self.ref(target)})")
+        self.repo.branches.reset(branch, target)
+
+    def op_restore(self, rng, branch, table):
+        """One table back to an older commit's state (or dropped, if it did not exist there)."""
+        older = self.repo.log(branch)[1:8]
+        if not older:
+            return
+        at = rng.choice(older).id
+        self.emit(f"repo.restore({table!r}, {self.ref(at)}, branch={branch!r})")
+        self.repo.restore(table, at, branch=branch)
+
+    def op_rebase(self, rng, branch, table):
+        others = [b for b in self.branches if b != branch]
+        if not others:
+            return
+        onto = rng.choice(others)
+        strategy = rng.choice(STRATEGIES)
+        self.emit(f"rebase({branch!r}, {onto!r}, repo=repo, strategy={strategy!r}, skip_merges=True)")
+        rebase(branch, onto, repo=self.repo, strategy=strategy, skip_merges=True)
+
+    def op_squash(self, rng, branch, table):
+        others = [b for b in self.branches if b != branch]
+        if not others:
+            return
+        other = rng.choice(others)
+        strategy = rng.choice(STRATEGIES)
+        self.emit(f"merge({other!r}, {branch!r}, repo=repo, strategy={strategy!r}, squash=True)")
+        merge(other, branch, repo=self.repo, strategy=strategy, squash=True)
+
+    def op_merge_tables(self, rng, branch, table):
+        others = [b for b in self.branches if b != branch]
+        if not others:
+            return
+        other = rng.choice(others)
+        names = sorted(set(self.tables_on(branch)) | set(self.tables_on(other)))
+        picked = rng.sample(names, 1) if names else []
+        if not picked:
+            return
+        strategy = rng.choice(STRATEGIES)
+        self.emit(f"merge({other!r}, {branch!r}, repo=repo, strategy={strategy!r}, tables={picked!r})")
+        merge(other, branch, repo=self.repo, strategy=strategy, tables=picked)
 
     def op_crisscross(self, rng, branch, table):
         """Each branch merges the other's tip as it was: the next merge between them has two bases."""
