@@ -326,3 +326,26 @@ def test_gc_expires_old_reflog_entries(tmp_path):
     assert repo.reflog("main") == []
     with pytest.raises(RefNotFoundError):
         repo.resolve("main@{1}")
+
+
+def test_every_verb_on_each_backend(repo_uri):
+    """Squash, per-table merge, rebase, reset, restore and the reflog, on a local disk and on S3."""
+    uri, options = repo_uri
+    repo = trimerge.Repository.init(uri, storage_options=options)
+    repo.create_table("airports", T(faa=["JFK", "LGA"], name=["Kennedy", "LaGuardia"]), "faa")
+    repo.create_table("flights", T(id=[1, 2], delay=[0, 5]), "id")
+    repo.branches.create("feat")
+    repo.upsert("flights", T(id=[3], delay=[30]), branch="feat")
+    repo.upsert("airports", T(faa=["SFO"], name=["SF"]), branch="feat")
+    repo.upsert("flights", T(id=[1], delay=[1]))
+    assert merge("feat", "main", repo=repo, tables=["airports"]).commit.metadata["merge.tables"] == "airports"
+    assert rebase("feat", "main", repo=repo).status == "rebased"
+    assert merge("feat", "main", repo=repo, squash=True).status == "merged"
+    assert repo.read("flights").num_rows == 3 and repo.read("airports").num_rows == 3
+    assert repo.restore("airports", "main~2").action == "restored" and repo.read("airports").num_rows == 2
+    repo.branches.reset("main", "main~1")
+    assert repo.read("airports").num_rows == 3
+    repo.branches.reset("main", "main@{1}")
+    assert repo.read("airports").num_rows == 2
+    assert [e.reason.split(":")[0] for e in repo.reflog("main", limit=2)] == ["reset", "reset"]
+    assert repo.gc().commits_reclaimed == [] and not repo.fsck().problems
