@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ulid import ULID
 
 from trimerge.lineage.commit import format_time, parse_time
-from trimerge.lineage.errors import CorruptRepositoryError, InvalidOperationError, RefNotFoundError
+from trimerge.lineage.errors import (BranchNotFoundError, CorruptRepositoryError, InvalidOperationError,
+                                     RefNotFoundError)
 from trimerge.lineage.refs import encode_name, now
 
 if TYPE_CHECKING:
     from trimerge.lineage.documents import Documents
+    from trimerge.lineage.repository import Repository
 
-__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "split_at_n"]
+__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "list_entries", "split_at_n"]
 
 LOGS = "logs"
 HEAD_REF = "HEAD"
@@ -148,8 +150,16 @@ class Reflog:
         return removed
 
 
-def checked_limit(limit: Any) -> int | None:
-    """``limit`` for :meth:`Repository.reflog`: None or a non-negative whole number."""
+def list_entries(repo: "Repository", ref: str | None, limit: Any) -> list[ReflogEntry]:
+    """:meth:`Repository.reflog`: the moves of ``ref`` (every ref when None), newest first."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidOperationError(f"limit must be a non-negative whole number, not {limit!r}")
-    return limit
+    log = repo.refs.reflog
+    if ref is None:
+        found = [e for r in log.refs() for e in (log.raw(r) if r == HEAD_REF else log.entries(r, repo.reflog_current(r)))]
+        found.sort(key=lambda e: e.key.rsplit("/", 1)[-1], reverse=True)
+    else:
+        if not isinstance(ref, str) or (ref != HEAD_REF and not repo.branches.exists(ref) and not log.raw(ref)):
+            raise BranchNotFoundError(f"no branch {ref!r} and no reflog of it")
+        found = log.raw(ref) if ref == HEAD_REF else log.entries(ref, repo.reflog_current(ref))
+    return found[:limit] if limit is not None else found

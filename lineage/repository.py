@@ -51,7 +51,6 @@ from trimerge.lineage.commits import CommitStore
 from trimerge.lineage.documents import Documents
 from trimerge.lineage.errors import (
     AlreadyExistsError,
-    BranchNotFoundError,
     CorruptRepositoryError,
     DataReclaimedError,
     InvalidOperationError,
@@ -263,24 +262,13 @@ class Repository:
         """The moves of ``ref`` (a branch, or ``HEAD`` for switches; default: every ref), newest
         first: ref, old and new commit, actor, time, reason. ``NAME@{N}`` in a ref expression is
         the N-th previous value of NAME (see :mod:`trimerge.lineage.reflog`)."""
-        from trimerge.lineage.reflog import checked_limit
+        from trimerge.lineage.reflog import list_entries
 
-        limit = checked_limit(limit)
-        log = self.refs.reflog
-        if ref is None:
-            found = [e for r in log.refs() for e in log.entries(r, self.reflog_current(r))]
-            found.sort(key=lambda e: e.key.rsplit("/", 1)[-1], reverse=True)
-        else:
-            if not isinstance(ref, str) or (ref != HEAD and not self.branches.exists(ref) and not log.raw(ref)):
-                raise BranchNotFoundError(f"no branch {ref!r} and no reflog of it")
-            found = log.entries(ref, self.reflog_current(ref)) if ref != HEAD else log.raw(ref)
-        return found[:limit] if limit is not None else found
+        return list_entries(self, ref, limit)
 
     def reflog_current(self, ref: str) -> str | None:
         """The commit ``ref`` names now (HEAD: the current branch's tip; None: no such branch)."""
-        if ref == HEAD:
-            ref = self.current_branch
-        b = self.refs.branch(ref)
+        b = self.refs.branch(self.current_branch if ref == HEAD else ref)
         return b.commit_id if b else None
 
     def restore(self, table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
