@@ -129,7 +129,23 @@ class TableStore:
         return self.open(tv.dataset, fork, None)
 
     def forks(self, dataset: str) -> dict[str, Any]:
-        return dict(self.dataset(dataset).branches.list())
+        """Every Lance branch of a dataset: {name: info}. Lance lists ``_refs/branches/`` and then
+        reads each document, so a fork deleted in between (gc, a scratch branch) fails the whole
+        listing with a raw "Not found": list again; if forks keep vanishing, a retryable error."""
+        import time
+
+        for attempt in range(_FORK_LIST_ATTEMPTS):
+            try:
+                return dict(self.dataset(dataset).branches.list())
+            except (OSError, ValueError, RuntimeError) as exc:
+                if not _fork_vanished(exc):
+                    raise
+            time.sleep(0.005 * (attempt + 1))
+        from trimerge.lineage.errors import ConcurrentWriteError
+
+        raise ConcurrentWriteError(
+            f"the forks of table data {dataset} kept changing while being listed (gc or branch deletion "
+            "running beside); retry")
 
     def fork_point(self, dataset: str, lance_branch: str) -> tuple[str, int] | None:
         """(parent Lance branch, version) a fork started from; None for ``main``."""
@@ -269,6 +285,15 @@ class TableStore:
 
     def pins(self, dataset: str) -> list[str]:
         return list(self.dataset(dataset).tags.list())
+
+
+_FORK_LIST_ATTEMPTS = 20
+
+
+def _fork_vanished(exc: BaseException) -> bool:
+    """Whether a Lance error is a branch document that disappeared while Lance listed them."""
+    text = str(exc)
+    return bool(re.search(r"not ?found|no such key|404", text.lower())) and "_refs/branches/" in text.replace("\\", "/")
 
 
 def _as_uri(folder: str, location: Location) -> str:
