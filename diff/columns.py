@@ -16,7 +16,8 @@ So a pair costs what its changed columns cost. :func:`compare_pair` classifies a
 narrow reads (exact counts and changed columns); the rows' full images, when wanted, are then
 taken by row id. Why it is exact: a row present on both sides of a pair is the same physical row
 (same key file, same offset), and the diff's keys are unique per snapshot, so the key appears
-nowhere else on either side.
+nowhere else on either side. A row present on one side only (deleted on the other) may have moved
+to another fragment there (an upsert): such rows join the other candidates by key, never alone.
 """
 
 from __future__ import annotations

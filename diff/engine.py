@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify
@@ -237,6 +238,35 @@ class TableDiff:
         if self._counts is None:
             self._counts = _count(self._changed_rows().batches())  # one pass, streamed when spilled
         return self._counts
+
+    def rows_through_columns(self) -> tuple[list[pa.Table], ChangedRows] | None:
+        """The changed rows split in two, for a caller that needs full images only of some rows
+        (a merge taking a backfill): (each column pair's rows, whose ``before``/``after`` images
+        hold only the columns that pair read; every other changed row, with full images). None
+        when the plan has no column pairs (or does not hold: use :meth:`rows_with_row_ids`).
+        :meth:`complete` gives the full images of pair rows."""
+        if self.engine != "local" or self.storage_status != "modified" or not self.candidate_plan.column_pairs:
+            return None
+        narrow: list[pa.Table] = []
+        try:
+            rest = self._classify_candidates(narrow)
+        except PlanAssumptionError:
+            return None
+        return narrow, rest
+
+    def complete(self, narrow: pa.Table) -> pa.Table:
+        """Rows of :meth:`rows_through_columns`'s pairs with full images (as
+        :meth:`rows_with_row_ids`): taken by row id from both snapshots and classified again."""
+        key, common, added = self.compared_columns()
+        schemas = self._side_schemas()
+        sides: list[list[pa.Table]] = [[], []]
+        ids = column_pairs.row_ids(narrow)
+        for side, t in take_all([(self.before_snapshot, ids[0]), (self.after_snapshot, ids[1])]):
+            sides[side].append(t)
+        before, after = (pa.concat_tables(parts, promote_options="permissive") if parts else schemas[i].empty_table()
+                         for i, parts in enumerate(sides))
+        columns = [[c for c in s.names if c not in key and c != ROWID] for s in schemas]
+        return classify(before, after, key, common, added, columns[0], columns[1])
 
     def _counts_through_columns(self) -> DiffCounts | None:
         """Counts of a fragment plan with column pairs, reading each pair's changed columns only
@@ -462,8 +492,11 @@ class TableDiff:
         for pair in plan.column_pairs:
             rows = column_pairs.compare_pair(b, a, pair, key, common, added)
             if narrow is not None:
-                narrow.append(rows)
-                continue
+                # Only a row on both sides of the pair is known to hold a key found nowhere else;
+                # a row on one side (deleted there) may have moved: it joins the other candidates.
+                updated = pc.equal(rows.column("change"), "update")
+                narrow.append(rows.filter(updated))
+                rows = rows.filter(pc.invert(updated))
             pb, pa_ = column_pairs.row_ids(rows)
             ids_b.append(pb)
             ids_a.append(pa_)

@@ -10,6 +10,9 @@ deleting the rows and writing them whole elsewhere. Which is cheaper depends on 
 * row rewrite: only the touched rows, but every column (``touched rows × bytes per stored row``,
   the stored row size taken from the fragment's data-file sizes).
 
+A fragment already spread over ``MAX_DATA_FILES`` data files gets row rewrites (compaction
+rewrites it whole in time).
+
 :func:`plan_column_update` picks the cheaper one per fragment; :func:`write_columns` writes the
 column part and :func:`commit_columns` commits it as one Lance ``Update`` in ``rewrite_columns``
 mode with the physical offsets of the rows it changed, so Lance refreshes exactly those rows'
@@ -42,6 +45,9 @@ COLUMN_WRITES_ENV = "TRIMERGE_COLUMN_WRITES"
 #: Above this share of the table's rows, keys are located by one scan of the key columns rather
 #: than a filter per key.
 SCAN_SHARE = 0.05
+#: A fragment whose columns are spread over this many data files already is not given another
+#: (every read of it opens each file): its touched rows are rewritten instead.
+MAX_DATA_FILES = 16
 
 
 def column_write_mode(write: str = "auto") -> str:
@@ -128,7 +134,7 @@ def plan_column_update(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Se
         physical = frag.metadata.physical_rows
         by_columns = physical * column_bytes
         by_rows = len(positions) * stored_row_bytes(frag)
-        if mode == "columns" or by_columns <= by_rows:
+        if mode == "columns" or (by_columns <= by_rows and len(frag.metadata.files) < MAX_DATA_FILES):
             plan.by_fragment[int(fragments[positions[0]])] = positions
         else:
             rest.append(positions)

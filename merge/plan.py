@@ -20,6 +20,7 @@ from trimerge.diff.engine import TableDiff
 from trimerge.diff.planner import Snapshot, choose_engine
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.diff.verify import verify_requested
+from trimerge.lineage import arrowtypes
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
@@ -28,7 +29,7 @@ from trimerge.merge.edits import TablePlan
 from trimerge.merge.indices import definitions, merge_definitions
 from trimerge.merge.resolve import BASE, OURS, THEIRS, Resolver
 from trimerge.merge.result import Conflict
-from trimerge.merge.rows import fold
+from trimerge.merge.rows import fold, take_source_columns
 from trimerge.merge.schema import merge_schema
 from trimerge.merge.spark import SparkFold
 
@@ -232,11 +233,35 @@ class ThreeWay:
             self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
         else:
             plan.by_columns = True
-            for ours, theirs in paired_rows(d_o, d_t, o.primary_key, schema.schema):
+            for ours, theirs in self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema):
                 classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
                 fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
         plan.stats.action = "merged"
         return plan
+
+    def narrowed_rows(self, plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: Sequence[str],
+                      merged: pa.Schema) -> Iterator[tuple[pa.Table, pa.Table]]:
+        """:func:`paired_rows`, except that the source's column writes (rows of its diff read
+        through their changed columns only, :meth:`TableDiff.rows_through_columns`) on keys dest
+        did not change go straight to ``plan`` as column updates: their other columns are never
+        read. Only the rest, with full images, goes to the fold."""
+        split = None if ours.spilled else theirs.rows_through_columns()
+        if split is None or split[1].table is None:
+            yield from paired_rows(ours, theirs, key, merged)
+            return
+        narrow, rest = split
+        ours_rows = ours.rows_with_row_ids()
+        keys_o = arrowtypes.to_polars(ours_rows.select(list(key)))
+        full = [rest.table]
+        for table in narrow:
+            rows = arrowtypes.to_polars(table)
+            direct = rows.filter(pl.col("change") == "update").join(keys_o, on=list(key), how="anti", nulls_equal=True)
+            others = rows.join(direct.select(list(key)), on=list(key), how="anti", nulls_equal=True)
+            if direct.height and not take_source_columns(plan, direct, list(key), merged):
+                others = rows
+            if others.height:
+                full.append(theirs.complete(others.select("_before_rowid", "_after_rowid").to_arrow()))
+        yield ours_rows, pa.concat_tables(full, promote_options="permissive")
 
     def spark_fold(self, plan: TablePlan, d_o: TableDiff, d_t: TableDiff, key: Sequence[str],
                    merged: pa.Schema) -> None:

@@ -50,7 +50,9 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
     if deletes.height:
         plan.deletes.append(deletes.select(key).to_arrow())
     if plan.by_columns:
-        rows = _take_changed_columns(plan, rows, key, merged)
+        updates = rows.filter(pl.col("change") == "update")
+        if updates.height and take_source_columns(plan, updates, key, merged, count=False):
+            rows = rows.filter(pl.col("change") != "update")
     existing = rows.filter(pl.col("change") != "insert")
     if existing.height:
         plan.replace(existing["_before_rowid"].to_arrow(), existing.select(key).to_arrow())
@@ -65,25 +67,27 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
         plan.upserts.append(conform_rows(values, merged, fallback=base))
 
 
-def _take_changed_columns(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> pl.DataFrame:
-    """Add the updated rows to ``plan.column_updates`` as key + changed columns; return the rows
-    left for whole-row writes (inserts, deletes, and updates of a column that cannot be cast)."""
-    updates = rows.filter(pl.col("change") == "update")
-    if not updates.height:
-        return rows
+def take_source_columns(plan: TablePlan, updates: pl.DataFrame, key: list[str], merged: pa.Schema, *,
+                        count: bool = True) -> bool:
+    """Add source-only updates to ``plan.column_updates`` as key + the union of their changed
+    columns (their ``after`` images need hold only those). False, and nothing added, when some
+    changed column is not in the images or does not cast to the merged type (a type conflict dest
+    keeps): those rows need whole-row writes with dest's values as the fallback."""
     changed = set(updates["changed_columns"].explode().drop_nulls().to_list())
     after = struct_fields(updates, "after")
     columns = [f for f in merged if f.name in changed]
     if not columns or any(f.name not in after for f in columns):
-        return rows
+        return False
     values = updates.select(*key, *[pl.col("after").struct.field(f.name).alias(f.name) for f in columns]).to_arrow()
     try:
         values = pa.table([values.column(c).cast(merged.field(c).type) for c in values.column_names],
                           schema=pa.schema([merged.field(c).with_nullable(True) for c in values.column_names]))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return rows  # a type conflict dest keeps: whole rows, with dest's values as the fallback
+        return False
     plan.column_updates.setdefault(tuple(values.column_names), RowSpool()).append(values)
-    return rows.filter(pl.col("change") != "update")
+    if count:
+        plan.stats.rows_from_source += updates.height
+    return True
 
 
 def dest_side(plan: TablePlan, column: str) -> str:
