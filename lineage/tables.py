@@ -15,14 +15,18 @@ from trimerge.lineage.names import validate_column_names
 
 PK_METADATA = b"lance-schema:unenforced-primary-key"
 
-# Arrow view and large types (what polars exports) become the plain types: Lance filters and
-# pyarrow-expression pushdown do not support large_string.
+# Arrow view and large types become the plain types where the width is not the user's choice:
+# data from polars (which exports every string as large_string or string_view) and pandas.
+# Arrow data keeps the types it was written with: Lance stores large_string and large_binary as
+# they are. Lance cannot store the view types (it narrows them to string/binary), so a schema
+# with them is refused (:func:`check_storable`); data written into an existing table is cast.
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary(),
                pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+_UNSTORABLE = {pa.string_view(): "string", pa.binary_view(): "binary"}
 
 
 def plain_type(t: pa.DataType) -> pa.DataType:
-    """Replace Arrow view and large types with the plain types trimerge stores."""
+    """Replace Arrow view and large types with the plain types (polars' and pandas' data)."""
     if t in _VIEW_TYPES:
         return _VIEW_TYPES[t]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
@@ -31,6 +35,37 @@ def plain_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([f.with_type(plain_type(f.type)) for f in t])
     return t
+
+
+def plain_table(table: pa.Table) -> pa.Table:
+    """``table`` with view and large types narrowed (:func:`plain_type`): for data whose string
+    width no one chose (polars' exports, CSV and JSON files read through polars)."""
+    schema = pa.schema([f.with_type(plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
+    try:
+        return table.cast(schema) if schema != table.schema else table
+    except pa.ArrowException as exc:
+        raise SchemaMismatchError(f"cannot convert the data: {str(exc).splitlines()[0][:200]}") from None
+
+
+def _unstorable(t: pa.DataType) -> str | None:
+    if t in _UNSTORABLE:
+        return _UNSTORABLE[t]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _unstorable(t.value_type)
+    if pa.types.is_struct(t):
+        return next((u for u in (_unstorable(f.type) for f in t) if u), None)
+    return None
+
+
+def check_storable(fields: "pa.Schema | Sequence[pa.Field]", what: str) -> None:
+    """Refuse a column type Lance would store as another type (``string_view``, ``binary_view``):
+    the schema read back would not be the one written."""
+    for f in fields:
+        plain = _unstorable(f.type)
+        if plain:
+            raise SchemaMismatchError(
+                f"{what}: column {f.name!r} has type {f.type}, which Lance stores as {plain}; "
+                f"cast it to {plain} or large_{plain} first")
 
 
 def to_arrow(data: Any) -> pa.Table:
@@ -53,11 +88,9 @@ def to_arrow(data: Any) -> pa.Table:
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise SchemaMismatchError(f"cannot convert the data to a table: {str(exc).splitlines()[0][:200]}") from None
     check_field_names(table.schema)
-    schema = pa.schema([f.with_type(plain_type(f.type)) for f in table.schema], metadata=table.schema.metadata)
-    try:
-        return table.cast(schema) if schema != table.schema else table
-    except pa.ArrowException as exc:
-        raise SchemaMismatchError(f"cannot convert the data: {str(exc).splitlines()[0][:200]}") from None
+    # polars and pandas strings have no width of their own: stored as plain string/binary. Arrow
+    # data keeps its types (a write into an existing table casts to the table's schema).
+    return table if isinstance(data, (pa.Table, pa.RecordBatch, dict)) else plain_table(table)
 
 
 def field_name(f: pa.Field) -> str:
@@ -101,6 +134,7 @@ def schema_with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa
     missing = [k for k in primary_key if k not in schema.names]
     if missing:
         raise PrimaryKeyError(f"primary key column(s) {missing} not in the data (columns: {schema.names})")
+    check_storable(schema, "table schema")
     fields = []
     for f in schema:
         if f.metadata and PK_METADATA in f.metadata:
@@ -188,7 +222,8 @@ def checked_new_columns(schema: pa.Schema, fields: Any, table: str) -> list[pa.F
         if not f.nullable:
             raise SchemaMismatchError(f"new column {f.name!r} must be nullable (existing rows get nulls)")
     check_field_names([*schema, *fields])  # no clash in case with existing columns either
-    return [f.with_type(plain_type(f.type)) for f in fields]
+    check_storable(fields, f"add columns to {table}")
+    return fields
 
 
 def checked_dropped_columns(schema: pa.Schema, columns: Any, primary_key: Sequence[str], table: str) -> list[str]:

