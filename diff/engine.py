@@ -378,11 +378,31 @@ class TableDiff:
         return classify(b_schema.empty_table(), a_schema.empty_table(), key, common, added,
                         [c for c in b_schema.names if c not in key], [c for c in a_schema.names if c not in key])
 
+    def stale_rows(self) -> pa.Table:
+        """Keys of updated rows whose derived columns did not change although an input they are
+        computed from did (declarations of the after side: :meth:`Repository.set_derived`)."""
+        from trimerge.lineage.derived import as_dict, stale_in_diff
+
+        tv = self.after_snapshot.tv
+        declared = as_dict(tv.derived) if tv is not None else {}
+        key = list(self.primary_key)
+        if not declared or self.storage_status != "modified":
+            return self.rows_with_row_ids_schema().empty_table().select(key)
+        parts = []
+        for batch in self.iter_batches(columns=[]):
+            frame = pl.from_arrow(pa.Table.from_batches([batch]).select([*key, "change", "changed_columns"]))
+            found = frame.filter((pl.col("change") == "update") & stale_in_diff(declared, pl.col("changed_columns")))
+            parts.append(found.select(key).to_arrow())
+        return pa.concat_tables(parts) if parts else self.rows_with_row_ids_schema().empty_table().select(key)
+
     def summary(self) -> dict[str, Any]:
         counts = self.counts.to_json() if self.storage_status != "unchanged" else DiffCounts().to_json()
-        return {"table": self.name, "status": self.status, **counts,
-                "schema_changes": [s.to_json() for s in self.schema_changes], "index_changes": self.index_changes,
-                "plan": self.plan.to_json()}
+        out = {"table": self.name, "status": self.status, **counts,
+               "schema_changes": [s.to_json() for s in self.schema_changes], "index_changes": self.index_changes,
+               "plan": self.plan.to_json()}
+        if self.after_snapshot.tv is not None and self.after_snapshot.tv.derived:
+            out["stale"] = self.stale_rows().num_rows  # only tables that declare derived columns
+        return out
 
     def __repr__(self) -> str:
         return f"TableDiff({self.name!r}, storage_status={self.storage_status!r})"

@@ -25,7 +25,10 @@ class TableVersion:
     ``v >= delta_since``; None means unknown (commits written before this was recorded).
 
     ``index_params`` records, per index name, the parameters it was defined with (canonical JSON):
-    Lance's manifest says which indices exist, but keeps only their trained result."""
+    Lance's manifest says which indices exist, but keeps only their trained result.
+
+    ``derived`` declares derived columns: (column, the input columns it is computed from), sorted
+    (see :mod:`trimerge.lineage.derived`)."""
 
     dataset: str
     lance_branch: str
@@ -34,6 +37,7 @@ class TableVersion:
     primary_key: tuple[str, ...]
     delta_since: int | None = None
     index_params: tuple[tuple[str, str], ...] = ()
+    derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -47,14 +51,18 @@ class TableVersion:
             doc["delta_since"] = self.delta_since
         if self.index_params:
             doc["index_params"] = dict(self.index_params)
+        if self.derived:
+            doc["derived"] = {c: list(i) for c, i in self.derived}
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "TableVersion":
         since = doc.get("delta_since")
         params = doc.get("index_params") or {}
+        derived = doc.get("derived") or {}
         return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]),
-                   int(since) if since is not None else None, tuple(sorted((str(k), str(v)) for k, v in params.items())))
+                   int(since) if since is not None else None, tuple(sorted((str(k), str(v)) for k, v in params.items())),
+                   tuple(sorted((str(c), tuple(str(x) for x in i)) for c, i in derived.items())))
 
     def delta_exact_from(self, version: int) -> bool:
         """Whether Lance's ``delta`` from ``version`` (of this Lance branch) to this version names

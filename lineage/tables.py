@@ -324,13 +324,18 @@ def rows_with_keys(ds: "lance.LanceDataset", keys: pa.Table, *, with_row_address
              **({"columns": list(columns)} if columns is not None else {})}
     first = keys.column_names[0]
     values = pc.unique(keys.column(first))
-    if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
+    if not pa.types.is_large_string(values.type) and not pa.types.is_large_binary(values.type):
+        try:
+            found = ds.to_table(filter=pc.field(first).isin(values), **extra)
+        except pa.ArrowNotImplementedError:  # a column type Substrait cannot carry (large_list): SQL
+            found = None
+    else:
+        found = None
+    if found is None:
         # Lance cannot push an Arrow filter on a large_* column (Substrait); SQL literals work.
         parts = [ds.to_table(filter=f"`{first}` IN ({', '.join(_text_literal(v) for v in part)})", **extra)
                  for part in _slices(values.to_pylist(), 1000)]
         found = pa.concat_tables(parts) if parts else ds.to_table(limit=0, **extra)
-    else:
-        found = ds.to_table(filter=pc.field(first).isin(values), **extra)
     if keys.num_columns == 1:
         return found
     at, _ = matching_positions(found, keys, keys.column_names)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import pyarrow as pa
 from ulid import ULID
 
-from trimerge.lineage import indices, keyed, maintenance
+from trimerge.lineage import derived, indices, keyed, maintenance
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.boundary import guard_class
 from trimerge.lineage.commit import Commit, TableVersion
@@ -37,10 +37,14 @@ from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_
 from trimerge.lineage.refs import Branch, now, publish
 from trimerge.lineage.recovery import intent_key
 
+from trimerge.lineage.repository import Repository  # loaded first (trimerge imports it): no cycle
+
 if TYPE_CHECKING:
     import lance
+else:  # what annotations name, imported on first use (typing.get_type_hints)
+    from trimerge.lineage.lazyimport import lazy_module
 
-    from trimerge.lineage.repository import Repository
+    lance = lazy_module("lance")
 
 
 class Transaction:
@@ -527,6 +531,26 @@ class Transaction:
         self._schema_change()
         self.write_table(name, f"drop columns {name}", lambda ds: ds.drop_columns(columns), row_level=False)
         self._schema_changed()
+        tv = self._tables[name]  # a declaration naming a dropped column goes with it
+        self._tables[name] = replace(tv, derived=derived.as_record(derived.without_columns(derived.as_dict(tv.derived),
+                                                                                           columns)))
+
+    def set_derived(self, table: str, column: str, inputs: Sequence[str] | None = None) -> None:
+        """Declare ``column`` of ``table`` computed from ``inputs`` (None or []: no longer derived).
+        Versioned table state, merged three-way; see :mod:`trimerge.lineage.derived`."""
+        self._require_open()
+        tv = self._table(table)
+        schema = self.repo.table_store.open_version(tv).schema
+        self.set_derived_declarations(table, derived.checked(table, schema.names, tv.primary_key,
+                                                             derived.as_dict(tv.derived), column, inputs))
+
+    def set_derived_declarations(self, table: str, declarations: Mapping[str, Sequence[str]]) -> None:
+        """Make ``declarations`` (column -> inputs) the table's derived columns (used by merges)."""
+        tv = self._table(table)
+        record = derived.as_record(declarations)
+        if record != tv.derived:
+            self._tables[table] = replace(tv, derived=record)
+            self._ops.append(f"derived {table}")
 
     def alter_column(self, name: str, column: str, data_type: pa.DataType) -> None:
         """Widen a column's type; narrowing or unrelated changes are refused."""

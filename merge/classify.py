@@ -30,6 +30,9 @@ from trimerge.diff.rules import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
     "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")
+#: A cell merge that would leave a derived value and its inputs from different sides, made a row
+#: conflict (``on_stale="conflict"``).
+STALE = "stale_derived"
 #: Where the flattened values of each side live in :attr:`Classified.overlap`.
 SIDES = ("o", "t", "b")
 

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit, TableVersion
+from trimerge.lineage.derived import check_on_stale
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
 from trimerge.merge.plan import ThreeWay
@@ -109,8 +110,9 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
          granularity: str, dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
          conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
-         verify: bool | None = None, only: set[str] | None = None) -> MergeResult:
+         verify: bool | None = None, only: set[str] | None = None, on_stale: str = "report") -> MergeResult:
     validate_options(strategy, granularity)
+    check_on_stale(on_stale)
     _check_limit(max_conflicts)
     if conflicts_file:
         check_writable(conflicts_file)
@@ -121,7 +123,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
     with VirtualBase(repo) as virtual:
         base_tables, is_virtual = virtual.tables(bases)
         _check_strategy_tables(strategy, set(ours.tables) | set(theirs.tables) | set(base_tables))
-        resolver = Resolver(given, strategy)
+        resolver = Resolver(given, strategy, on_stale=on_stale)
         three = plan_merge(repo, base_tables, ours, theirs, resolver=resolver, granularity=granularity,
                            engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts,
                            verify=verify_requested(verify), only=only)
@@ -150,7 +152,8 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
     result = MergeResult(status="merged", source_ref=source_ref, source_commit=theirs, dest_ref=dest,
                          dest_commit=ours, base=bases, conflicts=three.conflicts[:max_conflicts],
                          stats={n: p.stats for n, p in three.plans.items()}, dry_run=dry_run, strategy=strategy,
-                         granularity=granularity, virtual_base=is_virtual)
+                         granularity=granularity, virtual_base=is_virtual,
+                         stale=stale_keys(three.plans))
     if total or three.conflicts:
         result.status = "conflicts"
         if not dry_run:
@@ -172,6 +175,16 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
     if result.commit is None:
         result.status = "up-to-date"
     return result
+
+
+def stale_keys(plans: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per table, the keys of the stale rows the fold reported (see trimerge.lineage.derived)."""
+    out = {}
+    for name, plan in sorted(plans.items()):
+        keys = [row for t in plan.stale for row in t.to_pylist()]
+        if keys:
+            out[name] = keys
+    return out
 
 
 def checked_tables(tables: Any, known: set[str]) -> set[str] | None:
@@ -198,7 +211,7 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
           resolutions: Any = None, conflicts_file: str | None = None,
           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None, squash: bool = False,
-          tables: list[str] | None = None) -> MergeResult:
+          tables: list[str] | None = None, on_stale: str = "report") -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -220,9 +233,15 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     source tip; as in git, a later merge of the source starts again from the old merge base).
     ``tables=[...]`` merges only those tables (the others stay as dest has them) as a one-parent
     commit naming the source and the tables, so a later full merge of the source still brings the
-    rest."""
+    rest.
+
+    Tables with derived columns (:meth:`Repository.set_derived`): rows whose derived value would
+    come from one side and an input it is computed from from the other are listed in
+    ``result.stale`` (``on_stale="report"``), or are ``row.stale_derived`` conflicts
+    (``on_stale="conflict"``), resolved like any other."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
+    check_on_stale(on_stale)
     if not isinstance(squash, bool):
         raise InvalidOperationError(f"squash= takes True or False, not {squash!r}")
     theirs = repo.resolve(src)
@@ -247,13 +266,15 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                 granularity=granularity, dry_run=dry_run, actor=actor,
                 message=message or default, metadata={**extra, **(metadata or {})},
                 merge_commit=not squash and only is None, engine=engine, spark=spark, resolutions=resolutions,
-                conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify, only=only)
+                conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify, only=only,
+                on_stale=on_stale)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
                   strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
                   metadata: Mapping[str, str] | None, resolutions: Any = None, conflicts_file: str | None = None,
-                  max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
+                  max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
+                  on_stale: str = "report") -> MergeResult:
     """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
     parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
     repo, src, dst = _resolve_inputs(commit, branch, repo)
@@ -267,28 +288,33 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
     return _run(repo, source_ref=src, dest=dst, theirs=theirs, bases=[base], strategy=strategy,
                 granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
                 metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False,
-                resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)
+                resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
+                on_stale=on_stale)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
                 strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
                 metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
-           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
+           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
+           on_stale: str = "report") -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
-                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
+                         on_stale=on_stale)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
            strategy: Strategy | Mapping[str, Strategy] | None = None, granularity: Granularity = "cell",
            dry_run: bool = False, actor: str | None = None, message: str | None = None,
            metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
-           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None) -> MergeResult:
+           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
+           on_stale: str = "report") -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
-                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify)
+                         conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
+                         on_stale=on_stale)

@@ -21,6 +21,7 @@ from trimerge.diff.planner import Snapshot, choose_engine
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage import arrowtypes
+from trimerge.lineage import derived as derived_decl
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
@@ -121,8 +122,14 @@ class ThreeWay:
 
     # -- table level
     def table(self, name: str) -> TablePlan:
-        plan = self.table_plan(name)
         b, o, t = self.base.get(name), self.ours.get(name), self.theirs.get(name)
+        plan = TablePlan(name)
+        declared = self.merge_derived(plan, b, o, t)
+        plan.declared = declared or {}
+        plan = self.table_plan(name, plan)
+        if declared is not None and plan.stats.action != "conflict" and not plan.drop \
+                and declared != derived_decl.as_dict((plan.set_to or o).derived):
+            plan.derived = declared
         if o is not None and t is not None and len({_location(b), _location(o), _location(t)}) == 3 \
                 and not plan.drop and plan.stats.action != "conflict":
             self.merge_indices(plan, b, o, t)
@@ -140,12 +147,30 @@ class ThreeWay:
         plan.indices = wanted
         plan.stats.schema_changes = [*plan.stats.schema_changes, *changes]
 
+    def merge_derived(self, plan: TablePlan, b: TableVersion | None, o: TableVersion | None,
+                      t: TableVersion | None) -> dict[str, tuple[str, ...]] | None:
+        """The three-way merge of the table's derived-column declarations (None: the table is not
+        on both sides, or they conflict unresolved — a ``derived.update_update`` conflict)."""
+        if o is None or t is None:
+            return None
+
+        def decide(column: str, base: Any, ours: Any, theirs: Any) -> str | None:
+            shown = [{"inputs": list(v)} if v is not None else None for v in (base, ours, theirs)]
+            return self.decide_column(plan, Conflict(
+                "derived.update_update", plan.name, columns=(column,), base=shown[0], ours=shown[1], theirs=shown[2],
+                message=f"derived column {column!r} declared differently on both sides"))
+
+        merged, changes = derived_decl.merge_declarations(
+            *[derived_decl.as_dict(tv.derived if tv else ()) for tv in (b, o, t)], decide)
+        plan.stats.schema_changes = [*plan.stats.schema_changes, *changes]
+        return merged
+
     def same_indices(self, a: TableVersion | None, b: TableVersion | None) -> bool:
         return definitions(self.repo.open_table_version, a) == definitions(self.repo.open_table_version, b)
 
-    def table_plan(self, name: str) -> TablePlan:
+    def table_plan(self, name: str, plan: TablePlan | None = None) -> TablePlan:
         b, o, t = self.base.get(name), self.ours.get(name), self.theirs.get(name)
-        plan = TablePlan(name)
+        plan = plan or TablePlan(name)
         if _location(o) == _location(t):
             plan.stats.action = "unchanged" if _location(o) == _location(b) else "dropped" if o is None else "kept"
             return plan

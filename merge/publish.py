@@ -28,6 +28,8 @@ def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> No
             _apply_writes(repo, tx, name, plan)
         if plan.indices is not None and not plan.drop and not tx.scratch:  # a virtual base needs no index
             reconcile(tx, name, plan.indices)
+        if plan.derived is not None and not plan.drop:
+            tx.set_derived_declarations(name, plan.derived)
 
 
 def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:

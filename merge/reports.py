@@ -45,7 +45,20 @@ RULES = {
     "row.delete_modify": "Row deleted on one side and changed on the other",
     "row.insert_insert": "Row inserted on both sides with different values",
     "row.update_update": "Same cells changed differently on both sides",
+    "row.stale_derived": "A derived column's value and an input it is computed from come from different sides",
+    "derived.update_update": "Derived column declared differently on both sides",
 }
+
+
+def stale_lines(result: "MergeResult") -> list[tuple[str, str]]:
+    """(table, one line) per table with stale rows (derived values and inputs from different sides)."""
+    out = []
+    for table, keys in sorted(result.stale.items()):
+        shown = ", ".join(json.dumps(jsonable(k), sort_keys=True) for k in keys[:3])
+        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+        out.append((table, f"{table}: {len(keys)} stale row(s), a derived column's value and its inputs taken from "
+                           f"different sides (recompute them): {shown}{more}"))
+    return out
 
 
 def render(result: "MergeResult", fmt: str) -> str:
@@ -84,6 +97,12 @@ def junit(result: "MergeResult") -> str:
             failure.text = json.dumps(c.to_json(), indent=2, sort_keys=True)
         total += max(1, len(conflicts))
         failures += len(conflicts)
+    for table, line in stale_lines(result):  # a warning each: reported, not failed
+        suite = ET.SubElement(root, "testsuite", name=f"{table} (stale)", tests="1", failures="0", errors="0",
+                              skipped="1")
+        case = ET.SubElement(suite, "testcase", classname=f"trimerge.merge.{table}", name=f"{table}: stale derived rows")
+        ET.SubElement(case, "skipped", message=line)
+        total += 1
     root.set("tests", str(total))
     root.set("failures", str(failures))
     root.set("errors", "0")
@@ -106,6 +125,12 @@ def sarif_fingerprint(c: "Conflict") -> str:
     return hashlib.sha256(ident.encode()).hexdigest()
 
 
+def hashlib_digest(ident: list) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
 def sarif(result: "MergeResult") -> str:
     """SARIF 2.1.0: one result per conflict, located at the table's stable URI ``tables/<table>``
     (physical, with the key in the region's snippet and the message) and logically at table[key];
@@ -126,6 +151,15 @@ def sarif(result: "MergeResult") -> str:
             }],
             "partialFingerprints": {"trimergeConflict/v1": sarif_fingerprint(c)},
             "properties": {"conflict": c.to_json()},
+        })
+    for table, line in stale_lines(result):
+        results.append({
+            "ruleId": "row.stale_derived", "level": "warning", "message": {"text": line},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": sarif_uri(table)},
+                                                "region": {"startLine": 1, "snippet": {"text": table}}},
+                           "logicalLocations": [{"name": table, "fullyQualifiedName": table, "kind": "object"}]}],
+            "partialFingerprints": {"trimergeConflict/v1": hashlib_digest(["row.stale_derived", table])},
+            "properties": {"stale": len(result.stale[table])},
         })
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
@@ -162,6 +196,8 @@ def markdown(result: "MergeResult") -> str:
         for name, s in sorted(result.stats.items()):
             lines.append(f"| {name} | {s.action} | {s.rows_from_source} | {s.converged} | {s.cells_merged} | {s.conflicts} |")
         lines.append("")
+    for _table, line in stale_lines(result):
+        lines += [f"⚠️ {line}", ""]
     by_table: dict[str, list] = {}
     for c in result.conflicts:
         by_table.setdefault(c.table, []).append(c)
@@ -187,9 +223,12 @@ def _escape_property(text: str) -> str:
 
 def github(result: "MergeResult") -> str:
     """GitHub Actions workflow commands: one ``::error`` line per conflict."""
+    warnings = [f"::warning title={_escape_property(f'stale derived rows in {table}')}::{_escape_data(line)}"
+                for table, line in stale_lines(result)]
     if not result.conflicts:
-        return f"::notice title={_escape_property('trimerge ' + _title(result))}::{result.status}\n"
-    lines = []
+        return "\n".join([*warnings, f"::notice title={_escape_property('trimerge ' + _title(result))}::"
+                                       f"{result.status}"]) + "\n"
+    lines = warnings
     for c in result.conflicts:
         title = _escape_property(f"{c.kind} in {c.table}")
         detail = c.describe()

@@ -36,13 +36,16 @@ class Resolver:
     merge (the conflict is reported), ``base`` for the inner merges that build a virtual base."""
 
     def __init__(self, resolutions: Resolutions | None = None, strategy: Any = None, fallback: str | None = None,
-                 *, virtual_base: bool = False):
+                 *, virtual_base: bool = False, on_stale: str = "report"):
         self.resolutions = resolutions if resolutions is not None else Resolutions()
         self.strategy = strategy
         self.fallback = fallback
         # Deciding for a virtual base: a key both sides inserted differently stays, with null values
         # (git's virtual base keeps an empty file there), so that a later delete of it conflicts.
         self.virtual_base = virtual_base
+        # Rows a merge would leave with a derived value and inputs from different sides:
+        # "report" them, or make them "conflict"s (trimerge.lineage.derived).
+        self.on_stale = on_stale
 
     @property
     def by_hand(self) -> bool:

@@ -110,6 +110,7 @@ class TableMergeStats:
     conflicts: int = 0  # conflicts left unresolved
     resolved: int = 0  # conflicts resolved by the strategy
     schema_changes: list[str] = field(default_factory=list)
+    stale: int = 0  # rows whose derived value and inputs come from different sides (lineage.derived)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -136,6 +137,10 @@ class MergeResult:
     strategy: Any = None
     granularity: str = "cell"
     virtual_base: bool = False  # several merge bases were merged into a virtual one first
+    #: Per table, the keys of rows whose derived column's value comes from one side while an input
+    #: it is computed from comes from the other's change (see trimerge.lineage.derived); with
+    #: ``on_stale="conflict"`` they are ``row.stale_derived`` conflicts instead.
+    stale: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def source(self) -> Commit:
@@ -184,6 +189,8 @@ class MergeResult:
             "stats": {n: s.to_json() for n, s in sorted(self.stats.items())},
             "conflicts": [c.to_json() for c in self.conflicts],
             "conflicts_total": self.conflicts_total,
+            "stale": {t: [{k: jsonable(v) for k, v in key.items()} for key in keys]
+                      for t, keys in sorted(self.stale.items())},
         }
 
     def report(self, fmt: str = "markdown") -> str:

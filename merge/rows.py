@@ -15,15 +15,16 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.rules import same_values
-from trimerge.merge.classify import (CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, Classified, col,
-                                     struct_fields)
+from trimerge.lineage.derived import stale_mask
+from trimerge.merge.classify import (CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, STALE, UPDATE_UPDATE, Classified,
+                                     col, struct_fields)
 from trimerge.merge.edits import RowSpool, TablePlan, conform_rows
 from trimerge.merge.resolve import BASE, THEIRS, VALUE, Resolver, cell_value, given_row
 from trimerge.merge.result import Conflict, json_text
 
 Report = Callable[[Conflict], None]
 _KIND = {DELETE_MODIFY: "row.delete_modify", INSERT_INSERT: "row.insert_insert", UPDATE_UPDATE: "row.update_update",
-         CELLS: "row.update_update"}
+         CELLS: "row.update_update", STALE: "row.stale_derived"}
 
 
 def fold(plan: TablePlan, cl: Classified, resolver: Resolver, merged: pa.Schema, report: Report) -> None:
@@ -33,8 +34,37 @@ def fold(plan: TablePlan, cl: Classified, resolver: Resolver, merged: pa.Schema,
     if not ov.height:
         return
     plan.stats.converged += ov.filter(pl.col("\x01op") == CONVERGED).height
+    ov = _mark_stale(plan, cl, ov, resolver)
     _fold_cells(plan, cl, ov.filter(pl.col("\x01op").is_in([CELLS, UPDATE_UPDATE])), resolver, merged, report)
-    _fold_rows(plan, cl, ov.filter(pl.col("\x01op").is_in([DELETE_MODIFY, INSERT_INSERT])), resolver, merged, report)
+    _fold_rows(plan, cl, ov.filter(pl.col("\x01op").is_in([DELETE_MODIFY, INSERT_INSERT, STALE])), resolver, merged,
+               report)
+
+
+def _mark_stale(plan: TablePlan, cl: Classified, ov: pl.DataFrame, resolver: Resolver) -> pl.DataFrame:
+    """Find the cell merges that would take a derived column's value from one side and one of its
+    inputs from the other side's change (by the table's default choice for conflicting cells):
+    report their keys, or (``on_stale="conflict"``) make them row conflicts."""
+    if not plan.declared or not ov.height:
+        return ov
+    default, _by = resolver.default(plan.name)
+    conflicting = pl.col("\x01conflict_cols")
+
+    def from_source(c: str) -> pl.Expr:
+        return pl.col("\x01take_cols").list.contains(c) | (conflicting.list.contains(c) & pl.lit(default == THEIRS))
+
+    def from_dest(c: str) -> pl.Expr:
+        return (pl.col("\x01changed_o").list.contains(c).fill_null(False) & ~from_source(c)
+                & ~(conflicting.list.contains(c) & pl.lit(default in (BASE, VALUE))))
+
+    stale = (pl.col("\x01op") == CELLS) & stale_mask(plan.declared, from_source, from_dest, cl.value_columns)
+    found = ov.filter(stale)
+    if not found.height:
+        return ov
+    plan.stats.stale += found.height
+    if resolver.on_stale == "conflict":
+        return ov.with_columns(pl.when(stale).then(pl.lit(STALE)).otherwise(pl.col("\x01op")).alias("\x01op"))
+    plan.stale.append(found.select(cl.key).to_arrow())
+    return ov
 
 
 def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged: pa.Schema) -> None:
@@ -216,6 +246,8 @@ def _fold_rows(plan: TablePlan, cl: Classified, rows: pl.DataFrame, resolver: Re
         if r["\x01op"] == DELETE_MODIFY:
             message = (f"deleted on {'dest' if o_deleted else 'source'}, "
                        f"changed on {'source' if o_deleted else 'dest'}")
+        elif r["\x01op"] == STALE:
+            message = "a derived column would come from one side and an input it is computed from from the other"
         cols = list(r["\x01differing"] or []) if r["\x01op"] == INSERT_INSERT else values
         report(Conflict(_KIND[r["\x01op"]], plan.name, {k: r[k] for k in key},
                         tuple(r["\x01differing"] or []) if r["\x01op"] == INSERT_INSERT else (),

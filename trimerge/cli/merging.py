@@ -91,8 +91,9 @@ def api_to_cli(message: str) -> str:
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False, squash: bool = False,
-               tables: tuple[str, ...] = ()) -> None:
+               tables: tuple[str, ...] = (), on_stale: str = "report") -> None:
     from trimerge.lineage.errors import InvalidOperationError
+    from trimerge.merge.reports import stale_lines
     from trimerge.merge import MergeConflictError
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
@@ -117,6 +118,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             extra["squash"] = True
         if tables:
             extra["tables"] = list(tables)
+        if on_stale != "report":
+            extra["on_stale"] = on_stale
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
@@ -139,6 +142,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             if s.action != "unchanged":
                 click.echo(f"  {name:<20} {s.action:<9} {s.rows_from_source} row(s) from source, {s.converged} converged, "
                            f"{s.cells_merged} cell(s) merged, {s.conflicts} conflict(s)")
+        for _table, line in stale_lines(result):
+            click.echo(f"STALE {line}")
         for c in result.conflicts:
             click.echo(f"CONFLICT {c.describe()}")
             for line in c.value_lines():
@@ -204,9 +209,12 @@ def _write_reports(result: Any, reports: tuple[str, ...], published: bool) -> tu
 @click.option("--squash", is_flag=True, help="Publish the merge as a one-parent commit (its metadata names the source).")
 @click.option("--table", "tables", multiple=True, metavar="T",
               help="Merge only table T (repeatable); the others stay as the destination has them.")
+@click.option("--on-stale", type=click.Choice(["report", "conflict"]), default="report", show_default=True,
+              help="Rows whose derived column and its inputs would come from different sides: list them, or "
+                   "make them row.stale_derived conflicts.")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-              resolve_file, verify, engine, verbose, squash, tables) -> None:
+              resolve_file, verify, engine, verbose, squash, tables, on_stale) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
@@ -220,7 +228,7 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
     if any(not t for t in tables):
         fail("--table needs a table name")
     _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
-               conflicts_file, resolve_file, verify, squash, tables)
+               conflicts_file, resolve_file, verify, squash, tables, on_stale)
 
 
 @cli.command("revert")
