@@ -15,11 +15,11 @@ from trimerge.lineage.errors import (
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.names import MAIN, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.refs import Branch, Tag, now
+from trimerge.lineage.reset import ResetResult  # at runtime too: typing.get_type_hints resolves it
 from trimerge.lineage.retention import DeletionRecord
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
-    from trimerge.lineage.reset import ResetResult
 
 
 class BranchManager:

@@ -32,15 +32,21 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from ulid import ULID
 
+from trimerge.lineage.lazyimport import lazy_module
+from trimerge.lineage.reflog import ReflogEntry
+from trimerge.lineage.restore import RestoreResult
+
 if TYPE_CHECKING:
     import lance
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from trimerge.lineage.indices import IndexInfo
-    from trimerge.lineage.reflog import ReflogEntry
-    from trimerge.lineage.restore import RestoreResult
+    from trimerge.lineage import indices as indices_module
+    from trimerge.lineage import transaction as transaction_module
     from trimerge.lineage.transaction import Transaction
+else:  # what annotations name, imported on first use (typing.get_type_hints): startup stays light
+    lance, pa, pc = lazy_module("lance"), lazy_module("pyarrow"), lazy_module("pyarrow.compute")
+    indices_module, transaction_module = lazy_module("trimerge.lineage.indices"), lazy_module("trimerge.lineage.transaction")
 
 from trimerge.lineage import entities
 from trimerge.lineage import graph as graphalg
@@ -431,7 +437,7 @@ class Repository:
             raise InvalidOperationError("repository was opened read-only")
 
     def transaction(self, branch: str | None = None, *, actor: str | None = None, message: str | None = None,
-                    metadata: Mapping[str, str] | None = None) -> Transaction:
+                    metadata: Mapping[str, str] | None = None) -> transaction_module.Transaction:
         """A multi-table write that becomes visible as one commit, all at once or not at all."""
         self.check_writable()
         from trimerge.lineage.transaction import Transaction
@@ -556,7 +562,7 @@ class Repository:
         return self._write("optimize_indices", f"Optimize indices of {table}", table,
                            branch=branch, actor=actor, message=message)
 
-    def indices(self, table: str, ref: str | None = None) -> list["IndexInfo"]:
+    def indices(self, table: str, ref: str | None = None) -> list[indices_module.IndexInfo]:
         """The indices of ``table`` at ``ref`` (default: the current branch), each with its
         definition and how many rows it covers."""
         from trimerge.lineage.indices import list_indices

@@ -1,20 +1,46 @@
 """trimerge: git-style lineage, diff and three-way merge for multi-table Lance datasets."""
 
-from trimerge.lineage import Address, Commit, Ref, Repository, parse_address
-from trimerge.lineage.errors import (
-    AlreadyExistsError,
-    AmbiguousRefError,
-    ConcurrentWriteError,
-    InvalidNameError,
-    NotFoundError,
-    PrimaryKeyError,
-    RefNotFoundError,
-    RefSyntaxError,
-    SchemaMismatchError,
-    TrimergeError,
+from typing import TYPE_CHECKING
+
+from trimerge.lineage import Address as Address, Commit as Commit, Ref as Ref, Repository as Repository
+from trimerge.lineage import parse_address as parse_address
+from trimerge.lineage.errors import (  # "X as X": exported for type checkers (mypy --strict)
+    AlreadyExistsError as AlreadyExistsError,
+    AmbiguousRefError as AmbiguousRefError,
+    ConcurrentWriteError as ConcurrentWriteError,
+    InvalidNameError as InvalidNameError,
+    NotFoundError as NotFoundError,
+    PrimaryKeyError as PrimaryKeyError,
+    RefNotFoundError as RefNotFoundError,
+    RefSyntaxError as RefSyntaxError,
+    SchemaMismatchError as SchemaMismatchError,
+    TrimergeError as TrimergeError,
 )
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type checkers
+    from trimerge.diff.spark import SparkUnavailableError as SparkUnavailableError
+    from trimerge.lineage.errors import (
+        NoSuchAncestorError as NoSuchAncestorError,
+        BranchNotFoundError as BranchNotFoundError,
+        TagNotFoundError as TagNotFoundError,
+        TableNotFoundError as TableNotFoundError,
+        ReadOnlyRefError as ReadOnlyRefError,
+        InvalidOperationError as InvalidOperationError,
+        RepositoryNotFoundError as RepositoryNotFoundError,
+        DataReclaimedError as DataReclaimedError,
+        StorageError as StorageError,
+        EnvironmentFailureError as EnvironmentFailureError,
+        InternalError as InternalError,
+        CorruptRepositoryError as CorruptRepositoryError,
+        RepositoryMovedError as RepositoryMovedError,
+        DiffVerificationError as DiffVerificationError,
+    )
+    from trimerge.lineage.importing import SourceNotFoundError as SourceNotFoundError
+    from trimerge.lineage.namespace import TrimergeNamespace as TrimergeNamespace
+    from trimerge.merge.result import MergeBaseError as MergeBaseError, MergeConflictError as MergeConflictError
+    from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
 
 # Every error class of the API is importable from here: those of lineage/errors.py (whatever it
 # defines), and, loaded on first use (they import pyarrow or Spark helpers), the ones of other modules.
@@ -26,6 +52,7 @@ globals().update(_ERRORS)
 _LAZY = {
     "MergeConflictError": "trimerge.merge.result",
     "MergeBaseError": "trimerge.merge.result",
+    "RebaseConflictError": "trimerge.merge.rebase",
     "SourceNotFoundError": "trimerge.lineage.importing",
     "SparkUnavailableError": "trimerge.diff.spark",
     "TrimergeNamespace": "trimerge.lineage.namespace",
