@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from trimerge.diff.engine import Progress
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.derived import check_on_stale
@@ -82,7 +83,7 @@ def _check_strategy_tables(strategy: Any, tables: set[str]) -> None:
 def plan_merge(repo: Repository, base: Mapping[str, TableVersion], ours: Commit, theirs: Commit, *,
                resolver: Resolver, granularity: str, engine: str = "local", spark: Any = None,
                base_is_scratch: bool = False, max_conflicts: int | None = None, verify: bool = False,
-               only: set[str] | None = None) -> ThreeWay:
+               only: set[str] | None = None, progress: Progress | None = None) -> ThreeWay:
     """Plan the merge of ``theirs`` into ``ours`` against ``base`` (nothing is written). Close the
     result when done with it (Spark folds keep their rows on executors until then). ``only``: plan
     just these tables (the others stay as dest has them)."""
@@ -91,7 +92,7 @@ def plan_merge(repo: Repository, base: Mapping[str, TableVersion], ours: Commit,
 
     three = ThreeWay(repo, pick(base), pick(ours.tables), pick(theirs.tables), resolver=resolver, granularity=granularity,
                      engine=engine, spark=spark, base_is_scratch=base_is_scratch, max_conflicts=max_conflicts,
-                     verify=verify)
+                     verify=verify, progress=progress)
     try:
         three.run()
     except BaseException:
@@ -110,7 +111,8 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
          granularity: str, dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None,
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
          conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
-         verify: bool | None = None, only: set[str] | None = None, on_stale: str = "report") -> MergeResult:
+         verify: bool | None = None, only: set[str] | None = None, on_stale: str = "report",
+         progress: Progress | None = None) -> MergeResult:
     validate_options(strategy, granularity)
     check_on_stale(on_stale)
     _check_limit(max_conflicts)
@@ -126,12 +128,13 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
         resolver = Resolver(given, strategy, on_stale=on_stale)
         three = plan_merge(repo, base_tables, ours, theirs, resolver=resolver, granularity=granularity,
                            engine=engine, spark=spark, base_is_scratch=is_virtual, max_conflicts=max_conflicts,
-                           verify=verify_requested(verify), only=only)
+                           verify=verify_requested(verify), only=only, progress=progress)
         try:
             result = _finish(repo, three, given, resolver, source_ref=source_ref, dest=dest, ours=ours, theirs=theirs,
                              bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
                              dry_run=dry_run, actor=actor, message=message, metadata=metadata,
-                             merge_commit=merge_commit, conflicts_file=conflicts_file, max_conflicts=max_conflicts)
+                             merge_commit=merge_commit, conflicts_file=conflicts_file, max_conflicts=max_conflicts,
+                             progress=progress)
         finally:
             three.close()
     return result
@@ -140,7 +143,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
 def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Resolver, *, source_ref: str, dest: str,
             ours: Commit, theirs: Commit, bases: list[Commit], is_virtual: bool, strategy: Any, granularity: str,
             dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None, merge_commit: bool,
-            conflicts_file: str | None, max_conflicts: int | None) -> MergeResult:
+            conflicts_file: str | None, max_conflicts: int | None, progress: Progress | None = None) -> MergeResult:
     """The result of a planned merge: its conflicts (also to ``conflicts_file``), or its commit."""
     unused = resolver.unused()
     if unused:
@@ -170,8 +173,12 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
                if strategy else {}),
             **(metadata or {})}
     refers = [theirs.id, *(b.id for b in bases)]  # the source and base data it may reuse
+    if progress is not None:
+        progress(dest, "publish")
     result.commit = publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
                             message, meta)
+    if progress is not None:
+        progress(dest, "published")
     if result.commit is None:
         result.status = "up-to-date"
     return result
@@ -211,7 +218,8 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           metadata: Mapping[str, str] | None = None, engine: str = "auto", spark: Any = None,
           resolutions: Any = None, conflicts_file: str | None = None,
           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None, squash: bool = False,
-          tables: list[str] | None = None, on_stale: str = "report") -> MergeResult:
+          tables: list[str] | None = None, on_stale: str = "report",
+          progress: Progress | None = None) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -238,7 +246,12 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     Tables with derived columns (:meth:`Repository.set_derived`): rows whose derived value would
     come from one side and an input it is computed from from the other are listed in
     ``result.stale`` (``on_stale="report"``), or are ``row.stale_derived`` conflicts
-    (``on_stale="conflict"``), resolved like any other."""
+    (``on_stale="conflict"``), resolved like any other.
+
+    ``progress``: called as ``progress(table, "start")`` and ``progress(table, "done")`` around
+    each table's merge (in name order, as ``diff(progress=)`` does), then
+    ``progress(dest, "publish")`` and ``progress(dest, "published")`` around writing the commit
+    (not for a dry run or a merge with conflicts)."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
     check_on_stale(on_stale)
@@ -267,7 +280,7 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                 message=message or default, metadata={**extra, **(metadata or {})},
                 merge_commit=not squash and only is None, engine=engine, spark=spark, resolutions=resolutions,
                 conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify, only=only,
-                on_stale=on_stale)
+                on_stale=on_stale, progress=progress)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,

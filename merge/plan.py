@@ -11,7 +11,7 @@ and schemas agree, else ``table.add_add``; changed on both → schema merge
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -49,8 +49,10 @@ class ThreeWay:
 
     def __init__(self, repo: Repository, base: Tables, ours: Tables, theirs: Tables, *, resolver: Resolver,
                  granularity: str, engine: str = "local", spark: Any = None, base_is_scratch: bool = False,
-                 max_conflicts: int | None = None, verify: bool | None = None):
+                 max_conflicts: int | None = None, verify: bool | None = None,
+                 progress: Callable[[str, str], None] | None = None):
         self.repo = repo
+        self.progress = progress  # (table, "start" | "done") around each table's plan
         self.verify = verify_requested(verify)  # every diff checked against the brute-force one
         self.base, self.ours, self.theirs = dict(base), dict(ours), dict(theirs)
         self.resolver = resolver
@@ -65,7 +67,11 @@ class ThreeWay:
 
     def run(self) -> dict[str, TablePlan]:
         for name in sorted(self.base.keys() | self.ours.keys() | self.theirs.keys()):
+            if self.progress is not None:
+                self.progress(name, "start")
             self.plans[name] = self.table(name)
+            if self.progress is not None:
+                self.progress(name, "done")
         return self.plans
 
     def all_conflicts(self) -> Iterator[Conflict]:

@@ -37,7 +37,7 @@ class DelayedProgress:
     def __call__(self, item: str, stage: str) -> None:
         import time
 
-        if stage == "done":
+        if stage in ("done", "published"):
             self.done += 1
         if not self.enabled:
             return

@@ -88,6 +88,21 @@ def api_to_cli(message: str) -> str:
     return message
 
 
+def _merge_bar(obj: Context, repo: Any, source: str, dest: str) -> Any:
+    """A progress bar (on stderr, once the merge has run a second) when a person watches: not with
+    --json, nor when stdout or stderr is not a terminal."""
+    if obj.json or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    from trimerge.cli.diffs import DelayedProgress
+    from trimerge.lineage.errors import TrimergeError
+
+    try:  # tables the merge will go through; a bad ref is the merge's own error to report
+        total = len(set(repo.resolve(source).tables) | set(repo.resolve(dest).tables))
+    except TrimergeError:
+        return None
+    return DelayedProgress(total + 1, "merge")  # + publishing
+
+
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False, squash: bool = False,
@@ -112,8 +127,11 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         _check_output(conflicts_file, "--conflicts")
     repo = obj.repo()
     dest = into or repo.current_branch
+    bar = _merge_bar(obj, repo, source, dest) if fn.__name__ == "merge" else None
     try:
         extra = {"engine": engine, "spark": spark} if fn.__name__ == "merge" else {}
+        if bar is not None:
+            extra["progress"] = bar
         if squash:
             extra["squash"] = True
         if tables:
@@ -128,6 +146,9 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         result = exc.result
     except InvalidOperationError as exc:  # the API names its arguments (strategy=); say the options
         fail(api_to_cli(str(exc)))
+    finally:
+        if bar is not None:
+            bar.close()
     published = result.commit is not None and not dry_run
     unwritten = _write_reports(result, reports, published)
 
