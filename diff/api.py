@@ -31,17 +31,20 @@ class Diff:
     three_dot: bool = False
 
     def stat(self) -> pa.Table:
-        """One row per table: status, inserted, deleted, updated, cells changed, schema and index changes."""
+        """One row per table: status, inserted, deleted, updated, cells changed, schema and index
+        changes, the plan, and the updated rows per column (``columns``: ``"a 3, b 1"``)."""
         rows = []
         for name, td in sorted(self.tables.items()):
             c = td.counts if td.storage_status != "unchanged" else DiffCounts()
             rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,
                          "updated": c.updated, "cells_changed": c.cells_changed,
                          "schema_changes": len(td.schema_changes), "index_changes": len(td.index_changes),
-                         "method": td.plan.method})
+                         "method": td.plan.method,
+                         "columns": ", ".join(f"{k} {v}" for k, v in sorted(c.by_column.items()))})
         schema = pa.schema([("table", pa.string()), ("status", pa.string()), ("inserted", pa.int64()),
                             ("deleted", pa.int64()), ("updated", pa.int64()), ("cells_changed", pa.int64()),
-                            ("schema_changes", pa.int64()), ("index_changes", pa.int64()), ("method", pa.string())])
+                            ("schema_changes", pa.int64()), ("index_changes", pa.int64()), ("method", pa.string()),
+                            ("columns", pa.string())])
         return pa.Table.from_pylist(rows, schema=schema)
 
     def changed_tables(self) -> list[str]:

@@ -24,7 +24,7 @@ key is unique within each snapshot, that key appears nowhere else on either side
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
@@ -77,6 +77,8 @@ class DiffCounts:
     deleted: int = 0
     updated: int = 0
     cells_changed: int = 0
+    #: Updated rows per changed column (not compared, not in :meth:`to_json`: see ``summary()``).
+    by_column: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def rows_changed(self) -> int:
@@ -397,7 +399,8 @@ class TableDiff:
 
     def summary(self) -> dict[str, Any]:
         counts = self.counts.to_json() if self.storage_status != "unchanged" else DiffCounts().to_json()
-        out = {"table": self.name, "status": self.status, **counts,
+        by_column = self.counts.by_column if self.storage_status != "unchanged" else {}
+        out = {"table": self.name, "status": self.status, **counts, "columns": dict(sorted(by_column.items())),
                "schema_changes": [s.to_json() for s in self.schema_changes], "index_changes": self.index_changes,
                "plan": self.plan.to_json()}
         if self.after_snapshot.tv is not None and self.after_snapshot.tv.derived:
@@ -581,6 +584,8 @@ def _count(batches: Iterable[pa.RecordBatch]) -> DiffCounts:
         c.deleted += per_change.get("delete", 0)
         c.updated += per_change.get("update", 0)
         c.cells_changed += int(pc.sum(pc.list_value_length(batch.column("changed_columns"))).as_py() or 0)
+        for v in pc.value_counts(pc.list_flatten(batch.column("changed_columns"))).to_pylist():
+            c.by_column[v["values"]] = c.by_column.get(v["values"], 0) + v["counts"]
     return c
 
 

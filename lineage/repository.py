@@ -528,6 +528,21 @@ class Repository:
         return self._write("add_columns", f"Add column(s) {', '.join(names)} to {table}", table, fields,
                            branch=branch, actor=actor, message=message)
 
+    def set_derived(self, table: str, column: str, inputs: Sequence[str] | None = None, *, branch: str | None = None,
+                    actor: str | None = None, message: str | None = None) -> Commit:
+        """Declare ``column`` computed from ``inputs`` (None: no longer derived); one commit. Merges
+        then report rows whose derived value and inputs come from different sides
+        (:mod:`trimerge.lineage.derived`)."""
+        shown = ", ".join(map(str, _listed(inputs))) or "nothing"
+        return self._write("set_derived", f"Declare {table}.{column} derived from {shown}",
+                           table, column, inputs, branch=branch, actor=actor, message=message)
+
+    def derived(self, table: str, ref: str | None = None) -> dict[str, tuple[str, ...]]:
+        """The derived-column declarations of ``table`` at ``ref``: column -> input columns."""
+        from trimerge.lineage.derived import as_dict
+
+        return as_dict(self.table_version(table, ref).derived)
+
     def drop_columns(self, table: str, columns: Sequence[str], *, branch: str | None = None,
                      actor: str | None = None, message: str | None = None) -> Commit:
         """Drop non-key columns."""

@@ -15,7 +15,8 @@ JSON schema (``report("json")``, stable; version 1)::
      "stats": {table: {"action", "rows_from_source", "converged", "cells_merged", "conflicts",
                        "resolved", "schema_changes"}},
      "conflicts": [{"kind", "table", "key": {col: value} | null, "columns": [str],
-                    "base": {...} | null, "ours": {...} | null, "theirs": {...} | null, "message": str}]}
+                    "base": {...} | null, "ours": {...} | null, "theirs": {...} | null, "message": str}],
+     "stale": {table: [{col: value}]}}   (rows whose derived column and inputs come from different sides)
 """
 
 from __future__ import annotations

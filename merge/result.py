@@ -113,7 +113,8 @@ class TableMergeStats:
     stale: int = 0  # rows whose derived value and inputs come from different sides (lineage.derived)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The report's stable keys (stale rows are listed apart: ``MergeResult.stale``)."""
+        return {k: v for k, v in self.__dict__.items() if k != "stale"}
 
 
 @dataclass

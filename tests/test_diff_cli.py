@@ -239,16 +239,16 @@ def test_parquet_with_columns_absent_from_a_table_is_not_an_internal_error(R, cl
 # ---------------------------------------------------------------------------------------------- --stat, --name-only, --table, --limit
 def test_stat(R, cli, tmp_path):
     res = cli("-C", R, "diff", "main", "feature", "--stat", ok=True)
-    assert res.stdout == ("t                    modified  +1 -2 ~2 (2 cells)\n"
-                          "u                    modified  +0 -0 ~1 (1 cells)\n")
+    assert res.stdout == ("t                    modified  +1 -2 ~2 (2 cells: a 1, s 1)\n"
+                          "u                    modified  +0 -0 ~1 (1 cells: v 1)\n")
     rows = cli("-C", R, "diff", "main...feature", "--stat", "--json", ok=True).json()
     assert rows == [
         {"table": "same", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "index_changes": 0, "method": "none"},
+         "schema_changes": 0, "index_changes": 0, "method": "none", "columns": ""},
         {"table": "t", "status": "modified", "inserted": 1, "deleted": 1, "updated": 1, "cells_changed": 1,
-         "schema_changes": 0, "index_changes": 0, "method": "delta"},
+         "schema_changes": 0, "index_changes": 0, "method": "delta", "columns": "a 1"},
         {"table": "u", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
-         "schema_changes": 0, "index_changes": 0, "method": "none"},
+         "schema_changes": 0, "index_changes": 0, "method": "none", "columns": ""},
     ]
     assert jsonl(cli("-C", R, "diff", "main...feature", "--stat", "--format", "jsonl", ok=True).stdout) == rows
     out = tmp_path / "stat.parquet"
@@ -257,7 +257,7 @@ def test_stat(R, cli, tmp_path):
     repo = trimerge.Repository.open(R)
     repo.add_columns("t", pa.field("n", pa.int64()), branch="feature")
     res = cli("-C", R, "diff", "main...feature", "--stat", ok=True)
-    assert res.stdout == "t                    modified  +1 -1 ~1 (1 cells, schema changed)\n"
+    assert res.stdout == "t                    modified  +1 -1 ~1 (1 cells: a 1, schema changed)\n"
 
 
 def test_stat_format_json_prints_the_stat(R, cli):

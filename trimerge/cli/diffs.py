@@ -168,7 +168,8 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
         st = d.stat()
         if fmt == "table":
             lines = [f"{r['table']:<20} {r['status']:<9} +{r['inserted']} -{r['deleted']} ~{r['updated']} "
-                     f"({r['cells_changed']} cells{', schema changed' if r['schema_changes'] else ''}"
+                     f"({r['cells_changed']} cells{': ' + r['columns'] if r['columns'] else ''}"
+                     f"{', schema changed' if r['schema_changes'] else ''}"
                      f"{', indices changed' if r['index_changes'] else ''})"
                      for r in st.to_pylist() if r["status"] != "unchanged" or r["index_changes"]]
             _write_text(obj, output, "\n".join(lines), st.to_pylist())
