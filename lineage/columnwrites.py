@@ -20,19 +20,19 @@ mode with the physical offsets of the rows it changed, so Lance refreshes exactl
 and ``delta()`` would not see the write): a column write is a row-level write like any other, and
 the diff's delta plan stays exact across it.
 
-Also here: :func:`merge_new_columns`, which adds filled columns from a table of key + new columns
-writing only those columns (Lance ``merge``).
+:func:`prepare_update` and :func:`prepare_fill` check an update's or a filled column's input and
+plan it before any effect; the transaction then writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from trimerge.lineage.errors import PrimaryKeyError
+from trimerge.lineage.errors import PrimaryKeyError, SchemaMismatchError
 
 if TYPE_CHECKING:
     import lance
@@ -167,10 +167,62 @@ def write_columns(ds: "lance.LanceDataset", rows: pa.Table, plan: ColumnUpdate,
     return LanceDataset.commit(ds, op, read_version=ds.version)
 
 
-def merge_new_columns(ds: "lance.LanceDataset", data: pa.Table, primary_key: Sequence[str], what: str) -> None:
-    """Add the non-key columns of ``data`` (key + new columns, one row per stored key at most)
-    as filled columns, writing only them (Lance ``merge``: rows without a match get nulls).
-    Every key of ``data`` must be stored."""
+def prepare_update(stored: "lance.LanceDataset", data: Any, primary_key: Sequence[str], table: str,
+                   write: str = "auto") -> tuple[pa.Table, ColumnUpdate | None]:
+    """An update's input checked against the stored table (columns, key, every key stored) and
+    split between column files and row rewrites; nothing is written. (input, None) when it has
+    no rows."""
+    from trimerge.lineage import tables as tbl
+
+    column_write_mode(write)
+    what = f"update {table}"
+    rows = tbl.to_arrow(data)
     pk = list(primary_key)
-    locate(ds, data.select(pk), pk, what)  # every key stored, before any effect
-    ds.merge(data, left_on=pk[0] if len(pk) == 1 else pk, right_on=pk[0] if len(pk) == 1 else pk)
+    tbl.check_primary_key(rows, pk, what)
+    schema = stored.schema
+    unknown = [c for c in rows.column_names if c not in schema.names]
+    if unknown:
+        raise SchemaMismatchError(f"{what}: no column(s) {unknown} (columns: {schema.names})")
+    if not [c for c in rows.column_names if c not in pk]:
+        raise SchemaMismatchError(f"{what}: give at least one column to change besides the key {pk}")
+    if not rows.num_rows:
+        return rows, None
+    rows = tbl.conform(rows, pa.schema([schema.field(c) for c in rows.column_names]), what)
+    return rows, plan_column_update(stored, rows, pk, what, write)
+
+
+def rows_with_changes(head: "lance.LanceDataset", ids: pa.Array, changes: pa.Table) -> pa.Table:
+    """The stored rows ``ids`` (in that order) with the columns of ``changes`` put in: the
+    whole-row half of an update."""
+    columns = head.schema.names
+    current = pa.concat_tables([head._take_rows(ids.slice(i, 1 << 16), columns=columns)
+                                for i in range(0, len(ids), 1 << 16)])
+    return pa.table([changes.column(c) if c in changes.column_names else current.column(c) for c in columns],
+                    schema=head.schema)
+
+
+def prepare_fill(stored: "lance.LanceDataset", fields: Any, primary_key: Sequence[str],
+                 table: str) -> tuple[list[pa.Field], pa.Table | None, ColumnUpdate | None]:
+    """What ``add_columns`` adds: (the new fields, the filled values or None, their column-write
+    plan or None), checked before any effect. ``fields``: pyarrow fields, or a table of key +
+    new columns (every key stored, once)."""
+    from trimerge.lineage import tables as tbl
+
+    pk = list(primary_key)
+    data = None
+    if not isinstance(fields, (pa.Field, pa.Schema, list, tuple)):
+        data = tbl.to_arrow(fields)
+        what = f"add columns to {table}"
+        absent = [k for k in pk if k not in data.column_names]
+        if absent:
+            raise SchemaMismatchError(f"{what}: the data needs the key column(s) {absent} beside the new columns")
+        fields = [data.schema.field(c).with_nullable(True) for c in data.column_names if c not in pk]
+        if not fields:
+            raise SchemaMismatchError(f"{what}: the data holds no column besides the key {pk}")
+    fields = tbl.checked_new_columns(stored.schema, fields, table)
+    if data is None:
+        return fields, None, None
+    target = pa.schema([stored.schema.field(k) for k in pk] + fields)
+    data = tbl.conform(data.select(target.names), target, what)
+    tbl.check_primary_key(data, pk, what)
+    return fields, data, plan_column_update(stored, data, pk, what, "columns")

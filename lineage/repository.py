@@ -17,7 +17,8 @@ Layout of a repository (a local directory or a prefix in a bucket)::
 This class is a facade: storage lives in :mod:`~trimerge.lineage.backends` and
 :mod:`~trimerge.lineage.documents`, commits in :mod:`~trimerge.lineage.commits`, refs and
 publishing in :mod:`~trimerge.lineage.refs`, Lance data in :mod:`~trimerge.lineage.tablestore`,
-writes in :mod:`~trimerge.lineage.transaction`, repairs in :mod:`~trimerge.lineage.recovery` and
+writes in :mod:`~trimerge.lineage.transaction` (one-commit shortcuts in
+:mod:`~trimerge.lineage.shortcuts`), repairs in :mod:`~trimerge.lineage.recovery` and
 garbage collection in :mod:`~trimerge.lineage.gc` (integrity checks in :mod:`~trimerge.lineage.fsck`).
 """
 
@@ -52,6 +53,7 @@ from trimerge.lineage import entities
 from trimerge.lineage import graph as graphalg
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.branches import BranchManager, TagManager
+from trimerge.lineage.checks import Checks
 from trimerge.lineage.commit import Commit, TableVersion, format_time
 from trimerge.lineage.commits import CommitStore
 from trimerge.lineage.documents import Documents
@@ -70,6 +72,7 @@ from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.fsck import FsckReport, check_repository
 from trimerge.lineage.gc import Collector, GcReport, as_retention
 from trimerge.lineage.settings import Settings
+from trimerge.lineage.shortcuts import TableWrites
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.maintenance import MAINTENANCE
 from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
@@ -135,7 +138,7 @@ class _RefNamespace:
         return self.repo.refs.reflog.nth(name, n, self.repo.reflog_current(name))
 
 
-class Repository:
+class Repository(TableWrites):
     """A multi-table Lance repository with git-style commits, branches and tags.
 
     Create one with :meth:`init`, open an existing one with :meth:`open` (a read-write open first
@@ -425,6 +428,19 @@ class Repository:
         tv = self.table_version(table, ref)
         return entities.row_at(self.open_table_version(tv), tv.primary_key, key)
 
+    @property
+    def checks(self) -> Checks:
+        """Data checks, versioned with the tables and gating merges (:mod:`trimerge.lineage.checks`)."""
+        return Checks(self)
+
+    def blame(self, table: str, *, ref: str | None = None, where: str | None = None,
+              columns: Sequence[str] | None = None) -> pa.Table:
+        """The last commit that changed each row (or each of ``columns``) of ``table`` at ``ref``
+        (:mod:`trimerge.lineage.blame`)."""
+        from trimerge.lineage.blame import blame
+
+        return blame(self, table, ref=ref, where=where, columns=columns)
+
     def entity_history(self, table: str, key: Any, ref: str | None = None) -> list[Commit]:
         """Commits (newest first) in which the row with ``key`` changed: inserted, updated or deleted.
 
@@ -444,168 +460,6 @@ class Repository:
 
         return Transaction(self, self.default_ref(branch), actor=actor or default_actor(), message=message,
                            metadata=metadata)
-
-    def _write(self, operation: str, default_message: str, *args: Any, branch: str | None, actor: str | None,
-               message: str | None) -> Commit:
-        """One transaction running one operation: the body of every one-commit shortcut below."""
-        with self.transaction(branch, actor=actor, message=message or default_message) as tx:
-            getattr(tx, operation)(*args)
-        return tx.commit
-
-    def create_table(self, name: str, data: Any, primary_key: str | Sequence[str], *, branch: str | None = None,
-                     actor: str | None = None, message: str | None = None) -> Commit:
-        """Create a table from a pyarrow Table or polars DataFrame; one commit."""
-        return self._write("create_table", f"Create table {name}", name, data, primary_key,
-                           branch=branch, actor=actor, message=message)
-
-    def append(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
-               message: str | None = None) -> Commit:
-        """Insert rows whose keys are new; an existing key is an error."""
-        return self._write("append", f"Append to {table}", table, data, branch=branch, actor=actor, message=message)
-
-    def upsert(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
-               message: str | None = None) -> Commit:
-        """Insert new keys, update existing ones (rows with identical values are left alone)."""
-        return self._write("upsert", f"Upsert into {table}", table, data, branch=branch, actor=actor, message=message)
-
-    def update(self, table: str, data: Any, write: str = "auto", *, branch: str | None = None,
-               actor: str | None = None, message: str | None = None) -> Commit:
-        """Change some columns of existing rows (``data``: the key plus the columns to change);
-        ``write``: ``auto``, ``columns`` or ``rows`` (see :meth:`Transaction.update`)."""
-        return self._write("update", f"Update {table}", table, data, write, branch=branch, actor=actor,
-                           message=message)
-
-    def overwrite(self, table: str, data: Any, *, branch: str | None = None, actor: str | None = None,
-                  message: str | None = None) -> Commit:
-        """Replace a table's content."""
-        return self._write("overwrite", f"Overwrite {table}", table, data, branch=branch, actor=actor, message=message)
-
-    def delete(self, table: str, where: str, *, branch: str | None = None, actor: str | None = None,
-               message: str | None = None) -> Commit:
-        """Delete the rows matching a SQL predicate."""
-        return self._write("delete", f"Delete from {table} where {where}", table, where,
-                           branch=branch, actor=actor, message=message)
-
-    def delete_keys(self, table: str, keys: Any, *, branch: str | None = None, actor: str | None = None,
-                    message: str | None = None) -> Commit:
-        """Delete rows by primary key (``keys``: a table with the key columns)."""
-        return self._write("delete_keys", f"Delete keys from {table}", table, keys,
-                           branch=branch, actor=actor, message=message)
-
-    def drop_table(self, table: str, *, branch: str | None = None, actor: str | None = None,
-                   message: str | None = None) -> Commit:
-        """Remove a table from the branch (its history stays readable)."""
-        return self._write("drop_table", f"Drop table {table}", table, branch=branch, actor=actor, message=message)
-
-    def compact(self, table: str, *, branch: str | None = None, actor: str | None = None,
-                message: str | None = None) -> Commit | None:
-        """Compact a table's fragments (same content, fewer files): a maintenance commit."""
-        return self.optimize(table, branch=branch, actor=actor, message=message or f"Compact {table}")
-
-    def optimize(self, table: str | None = None, *, branch: str | None = None, actor: str | None = None,
-                 message: str | None = None) -> Commit | None:
-        """Compact ``table`` (default: every table) and add its unindexed rows to its indices, as one
-        maintenance commit (None: nothing to do). Rows do not change: diffs show none."""
-        names = [table] if table is not None else self.tables(self.default_ref(branch))
-        with self.transaction(branch, actor=actor, message=message or f"Optimize {', '.join(names) or 'nothing'}",
-                              metadata={MAINTENANCE: "optimize"}) as tx:
-            for name in names:
-                tx.optimize(name)
-        return tx.commit
-
-    def add_columns(self, table: str, fields: Any, *,
-                    branch: str | None = None, actor: str | None = None, message: str | None = None) -> Commit:
-        """Add nullable columns: pyarrow fields (existing rows get nulls), or a table of key +
-        new columns whose values fill those rows, writing only the new columns
-        (see :meth:`Transaction.add_columns`)."""
-        import pyarrow as pa
-
-        from trimerge.lineage.tables import field_name
-
-        listed = _listed(fields, single=pa.Field) if isinstance(fields, (pa.Field, pa.Schema, list, tuple)) else \
-            [str(c) for c in (fields.column_names if isinstance(fields, pa.Table) else getattr(fields, "columns", []))]
-        names = [field_name(f) if isinstance(f, pa.Field) else str(f) for f in listed]
-        return self._write("add_columns", f"Add column(s) {', '.join(names)} to {table}", table, fields,
-                           branch=branch, actor=actor, message=message)
-
-    def set_derived(self, table: str, column: str, inputs: Sequence[str] | None = None, *, branch: str | None = None,
-                    actor: str | None = None, message: str | None = None) -> Commit:
-        """Declare ``column`` computed from ``inputs`` (None: no longer derived); one commit. Merges
-        then report rows whose derived value and inputs come from different sides
-        (:mod:`trimerge.lineage.derived`)."""
-        shown = ", ".join(map(str, _listed(inputs))) or "nothing"
-        return self._write("set_derived", f"Declare {table}.{column} derived from {shown}",
-                           table, column, inputs, branch=branch, actor=actor, message=message)
-
-    def derived(self, table: str, ref: str | None = None) -> dict[str, tuple[str, ...]]:
-        """The derived-column declarations of ``table`` at ``ref``: column -> input columns."""
-        from trimerge.lineage.derived import as_dict
-
-        return as_dict(self.table_version(table, ref).derived)
-
-    def drop_columns(self, table: str, columns: Sequence[str], *, branch: str | None = None,
-                     actor: str | None = None, message: str | None = None) -> Commit:
-        """Drop non-key columns."""
-        return self._write("drop_columns", f"Drop column(s) {', '.join(map(str, _listed(columns)))} from {table}", table, columns,
-                           branch=branch, actor=actor, message=message)
-
-    def alter_column(self, table: str, column: str, data_type: pa.DataType, *, branch: str | None = None,
-                     actor: str | None = None, message: str | None = None) -> Commit:
-        """Widen a column's type (e.g. int32 to int64, float32 to float64)."""
-        return self._write("alter_column", f"Widen {table}.{column} to {data_type}", table, column, data_type,
-                           branch=branch, actor=actor, message=message)
-
-    # ------------------------------------------------------------------ indices, search, import
-    def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
-                     branch: str | None = None, actor: str | None = None, message: str | None = None,
-                     **params: Any) -> Commit:
-        """Build a Lance index on ``column`` as one commit (see :meth:`Transaction.create_index`)."""
-        with self.transaction(branch, actor=actor, message=message or f"Create {kind} index on {table}.{column}") as tx:
-            tx.create_index(table, column, kind, name=name, replace=replace, **params)
-        return tx.commit
-
-    def drop_index(self, table: str, name: str, *, branch: str | None = None, actor: str | None = None,
-                   message: str | None = None) -> Commit:
-        """Drop a table's index by name; one commit."""
-        return self._write("drop_index", f"Drop index {name} of {table}", table, name,
-                           branch=branch, actor=actor, message=message)
-
-    def optimize_indices(self, table: str, *, branch: str | None = None, actor: str | None = None,
-                         message: str | None = None) -> Commit | None:
-        """Add the rows written since the last build to a table's indices (no retraining); None if
-        every row is indexed already."""
-        return self._write("optimize_indices", f"Optimize indices of {table}", table,
-                           branch=branch, actor=actor, message=message)
-
-    def indices(self, table: str, ref: str | None = None) -> list[indices_module.IndexInfo]:
-        """The indices of ``table`` at ``ref`` (default: the current branch), each with its
-        definition and how many rows it covers."""
-        from trimerge.lineage.indices import list_indices
-
-        tv = self.table_version(table, ref)
-        return list_indices(self.open_table_version(tv), tv)
-
-    def search(self, table: str, *, ref: str | None = None, vector: Any = None, column: str | None = None,
-               text: str | None = None, k: int = 10, where: str | None = None, columns: Sequence[str] | None = None,
-               **options: Any) -> pa.Table:
-        """Nearest rows to ``vector`` or best matches of ``text`` in ``table`` at ``ref``: an Arrow
-        table with the key columns, ``columns`` and ``_distance`` (vector) or ``_score`` (text).
-        ``where`` is a prefilter (the top ``k`` among matching rows)."""
-        from trimerge.lineage.search import search
-
-        table, ref = self._split_address(table, ref)
-        tv = self.table_version(table, ref)
-        return search(self.open_table_version(tv), tv.primary_key, vector=vector, column=column, text=text, k=k,
-                      where=where, columns=columns, **options)
-
-    def import_table(self, name: str, source: str, primary_key: str | Sequence[str], *, version: int | None = None,
-                     storage_options: Mapping[str, str] | None = None, branch: str | None = None,
-                     actor: str | None = None, message: str | None = None) -> Commit:
-        """Bring an existing Lance dataset in as table ``name`` without copying its data files
-        (Lance shallow clone); the source is never written to or deleted from."""
-        with self.transaction(branch, actor=actor, message=message or f"Import {source} as {name}") as tx:
-            tx.import_table(name, source, primary_key, version=version, storage_options=storage_options)
-        return tx.commit
 
     # ------------------------------------------------------------------ leases, recovery, maintenance
     def branch_lease(self, branch: str, purpose: str) -> Lease:
@@ -648,15 +502,6 @@ class Repository:
     def fsck(self) -> FsckReport:
         """Check every commit, ref, recovery note and reachable table version; never writes."""
         return check_repository(self)
-
-
-def _listed(value: Any, single: type = str) -> list[Any]:
-    """``value`` as a list for a default commit message (whatever it is: checking it is the writer's job)."""
-    if isinstance(value, single):
-        return [str(value)] if single is str else [value]
-    import pyarrow as pa
-
-    return list(value) if isinstance(value, (list, tuple, pa.Schema)) else []
 
 
 @dataclass(frozen=True)

@@ -25,17 +25,17 @@ from trimerge.lineage.errors import (
     InvalidOperationError,
     PrimaryKeyError,
     ReadOnlyRefError,
-    SchemaMismatchError,
     TableNotFoundError,
     TrimergeError,
 )
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.filters import check_filter, plan_filter
-from trimerge.lineage.fragments import WriteTarget, delete_offsets, row_offsets
+from trimerge.lineage.rowwrites import FragmentWrites
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.refs import Branch, now, publish
 from trimerge.lineage.recovery import intent_key
+from trimerge.lineage.protection import refuse_direct_write
 
 from trimerge.lineage.repository import Repository  # loaded first (trimerge imports it): no cycle
 
@@ -47,7 +47,7 @@ else:  # what annotations name, imported on first use (typing.get_type_hints)
     lance = lazy_module("lance")
 
 
-class Transaction:
+class Transaction(FragmentWrites):
     """A write to one branch that publishes exactly one commit on success.
 
     The branch is locked from ``__enter__`` until the commit is published or rolled back, so
@@ -93,6 +93,7 @@ class Transaction:
         repo = self.repo
         if not is_branch_name(self.branch_name):
             self._refuse()
+        refuse_direct_write(self)  # a protected branch takes merges only (lineage/protection.py)
         self._lock = repo.lock_branch(self.branch_name, f"transaction {self.ulid}")
         try:
             self._branch = repo.refs.branch(self.branch_name)  # read under the lease: the tip to build on
@@ -315,46 +316,21 @@ class Transaction:
         from trimerge.lineage import columnwrites
 
         self._require_open()
-        columnwrites.column_write_mode(write)
         tv = self._table(name)
-        table = tbl.to_arrow(data)
-        pk = list(tv.primary_key)
-        tbl.check_primary_key(table, tv.primary_key, f"update {name}")
-        stored = self.repo.table_store.open_version(tv)
-        schema = stored.schema
-        unknown = [c for c in table.column_names if c not in schema.names]
-        if unknown:
-            raise SchemaMismatchError(f"update {name}: no column(s) {unknown} (columns: {schema.names})")
-        changing = [c for c in table.column_names if c not in pk]
-        if not changing:
-            raise SchemaMismatchError(f"update {name}: give at least one column to change besides the key {pk}")
-        if not table.num_rows:
+        table, plan = columnwrites.prepare_update(self.repo.table_store.open_version(tv), data, tv.primary_key,
+                                                  name, write)
+        if plan is None:  # no rows: nothing to write, still one operation
             self.upsert(name, table)
-            self._ops[-1] = f"update {name}"
             return
-        table = tbl.conform(table, pa.schema([schema.field(c) for c in table.column_names]), f"update {name}")
-        plan = columnwrites.plan_column_update(stored, table, pk, f"update {name}", write)
+        pk = list(tv.primary_key)
         if plan.by_fragment:
-            ds = columnwrites.write_columns(self._writable(name), table, plan, pk)
-            self._ops.append(f"update {name}")
-            self._written(name, ds.version, ds)
+            self.write_table(name, f"update {name}", lambda ds: columnwrites.write_columns(ds, table, plan, pk))
         if len(plan.row_positions):
-            self._rewrite_rows(name, table, plan.row_ids[plan.row_positions], plan.row_positions, pk, schema.names)
-
-    def _rewrite_rows(self, name: str, changes: Any, ids: Any, positions: Any, pk: list[str],
-                      columns: list[str]) -> None:
-        """The row half of an update: the stored rows ``ids`` with the changed columns of
-        ``changes`` (rows ``positions``) put in, written as new rows in one Lance commit."""
-        changes = changes.take(pa.array(positions, pa.int64()))
-        ids = pa.array(ids, pa.uint64())
-        head = self.dataset(name)
-        current = pa.concat_tables([head._take_rows(ids.slice(i, 1 << 16), columns=columns)
-                                    for i in range(0, len(ids), 1 << 16)])
-        rows = pa.table([changes.column(c) if c in changes.column_names else current.column(c) for c in columns],
-                        schema=head.schema)
-        if not self.replace_rows(name, ids, changes.select(pk), rows):
-            raise InvalidOperationError(f"update {name}: the rows moved while they were being updated; retry")
-        self._ops[-1] = f"update {name}"
+            ids = pa.array(plan.row_ids[plan.row_positions], pa.uint64())
+            changes = table.take(pa.array(plan.row_positions, pa.int64()))
+            rows = columnwrites.rows_with_changes(self.dataset(name), ids, changes)
+            if not self.replace_rows(name, ids, changes.select(pk), rows):
+                raise InvalidOperationError(f"update {name}: the rows moved while they were being updated; retry")
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""
@@ -400,75 +376,6 @@ class Transaction:
         self._ops.append(f"delete {name}")
         self._written(name, ds.version, ds)
 
-    def replace_rows(self, name: str, row_ids: Sequence[int] | pa.Array, expected_keys: pa.Table, rows: Any) -> bool:
-        """Remove the rows with these stable row ids and add ``rows``, in one Lance commit — a write
-        proportional to the change, with no key join and no scan of the table. The ids are first
-        checked to still hold ``expected_keys`` (same order); if not, nothing is written and False is
-        returned, so the caller can fall back to key-based writes."""
-        from lance.fragment import write_fragments
-
-        self._require_open()
-        pk = list(self._table(name).primary_key)
-        ds = self._writable(name)
-        ids = row_ids.cast(pa.uint64()) if isinstance(row_ids, (pa.Array, pa.ChunkedArray)) else pa.array(row_ids, pa.uint64())
-        offsets = row_offsets(ds, ids, expected_keys, pk)
-        if offsets is None:
-            return False
-        updated, removed = delete_offsets(ds, offsets)
-        what = f"replace rows in {name}"
-        if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
-            new_fragments = write_fragments(pa.RecordBatchReader.from_batches(
-                ds.schema, tbl.checked_batches(rows, ds.schema, pk, what)), ds)
-        else:
-            table = tbl.to_arrow(rows)
-            new_fragments = []
-            if table.num_rows:
-                table = tbl.conform(table, ds.schema, what)
-                tbl.check_primary_key(table, pk, what)
-                new_fragments = write_fragments(table, ds)
-        self._commit_update(name, ds, updated, removed, new_fragments, f"replace rows {name}")
-        return True
-
-    def write_target(self, name: str) -> WriteTarget:
-        """Where fragments of ``name`` written elsewhere (Spark executors) go: this transaction's own
-        Lance branch of the table (forked now if need be), at its current version. Hand what was
-        written back to :meth:`commit_fragments`."""
-        self._require_open()
-        self._table(name)
-        ds = self._writable(name)
-        tv = self._tables[name]
-        return WriteTarget(self.repo.dataset_path(tv), tv.lance_branch, ds.version,
-                           dict(self.repo.table_store.options or {}))
-
-    def commit_fragments(self, name: str, target: WriteTarget, *, updated: Sequence = (), removed: Sequence[int] = (),
-                         new: Sequence = ()) -> None:
-        """Commit fragments written against ``target`` (see :mod:`trimerge.lineage.fragments`):
-        fragments with new deletion files, fragments left empty, new fragments — one Lance commit."""
-        self._require_open()
-        ds = self._writable(name)
-        if ds.version != target.version:
-            raise InvalidOperationError(f"table {name}: fragments were written against version {target.version}, "
-                                        f"but the transaction's table is at {ds.version}")
-        self._commit_update(name, ds, list(updated), list(removed), list(new), f"replace rows {name}")
-
-    def _commit_update(self, name: str, ds: "lance.LanceDataset", updated: list, removed: list[int], new: list,
-                       op: str) -> None:
-        from lance import LanceDataset, LanceOperation
-
-        if updated or removed or new:
-            ds = LanceDataset.commit(ds, LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
-                                                               new_fragments=new), read_version=ds.version)
-        self._ops.append(op)
-        self._written(name, ds.version, ds)
-
-    def _apply_keyed(self, name: str, ds: "lance.LanceDataset", edit: keyed.KeyedEdit, op: str) -> None:
-        """Write a keyed edit (see :mod:`trimerge.lineage.keyed`) as one Lance ``Update``."""
-        from lance.fragment import write_fragments
-
-        updated, removed = delete_offsets(ds, edit.offsets) if edit.offsets else ([], [])
-        new = write_fragments(edit.rows, ds) if edit.rows is not None and edit.rows.num_rows else []
-        self._commit_update(name, ds, updated, removed, new, op)
-
     def drop_table(self, name: str) -> None:
         """Remove the table from the branch."""
         self._require_open()
@@ -492,35 +399,18 @@ class Transaction:
         from trimerge.lineage import columnwrites
 
         self._require_open()
-        stored = self.repo.table_store.open_version(self._table(name))
-        pk = list(self._table(name).primary_key)
-        data, plan = None, None
-        if not isinstance(fields, (pa.Field, pa.Schema, list, tuple)):
-            data = tbl.to_arrow(fields)
-            what = f"add columns to {name}"
-            absent = [k for k in pk if k not in data.column_names]
-            if absent:
-                raise SchemaMismatchError(f"{what}: the data needs the key column(s) {absent} beside the new columns")
-            fields = [data.schema.field(c) for c in data.column_names if c not in pk]
-            if not fields:
-                raise SchemaMismatchError(f"{what}: the data holds no column besides the key {pk}")
-            fields = [f.with_nullable(True) for f in fields]
-        fields = tbl.checked_new_columns(stored.schema, fields, name)
-        if data is not None:
-            target = pa.schema([stored.schema.field(k) for k in pk] + fields)
-            data = tbl.conform(data.select(target.names), target, what)
-            tbl.check_primary_key(data, pk, what)
-            plan = columnwrites.plan_column_update(stored, data, pk, what, "columns")
+        tv = self._table(name)
+        fields, data, plan = columnwrites.prepare_fill(self.repo.table_store.open_version(tv), fields,
+                                                       tv.primary_key, name)
         self._schema_change()
         # Row-level for the delta plan: a new name is null in every row no later write touched, and
         # an added column counts as changed only where it is not null. (A name dropped earlier
         # cannot lie inside the chain: drops end it.) Filled values are a column write, which
         # refreshes the row versions of the rows it fills.
         self.write_table(name, f"add columns {name}", lambda ds: ds.add_columns(fields))
-        if data is not None and plan is not None and plan.by_fragment:
-            ds = columnwrites.write_columns(self._writable(name), data, plan, pk)
-            self._ops.append(f"fill columns {name}")
-            self._written(name, ds.version, ds)
+        if plan is not None and plan.by_fragment:
+            pk = list(tv.primary_key)
+            self.write_table(name, f"fill columns {name}", lambda ds: columnwrites.write_columns(ds, data, plan, pk))
         self._schema_changed()
 
     def drop_columns(self, name: str, columns: Sequence[str]) -> None:
