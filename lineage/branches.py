@@ -13,6 +13,7 @@ from trimerge.lineage.errors import (
     TagNotFoundError,
 )
 from trimerge.lineage.faults import crashpoint
+from trimerge.lineage.protection import Protection, refuse
 from trimerge.lineage.names import MAIN, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.refs import Branch, Tag, now
 from trimerge.lineage.reset import ResetResult  # at runtime too: typing.get_type_hints resolves it
@@ -35,7 +36,7 @@ class BranchManager:
         b = self.get_or_none(name) if isinstance(name, str) else None
         if b is None or is_internal_branch(str(name)):
             raise BranchNotFoundError(f"no branch {name!r}")
-        return b
+        return Protection(self.repo).marked([b])[0]
 
     def exists(self, name: str) -> bool:
         return isinstance(name, str) and not is_internal_branch(name) and self.get_or_none(name) is not None
@@ -45,7 +46,16 @@ class BranchManager:
 
     def list(self, include_internal: bool = False) -> list[Branch]:
         found = [self.get_or_none(n) for n in self.repo.refs.branch_names(include_internal)]
-        return sorted((b for b in found if b), key=lambda b: (b.name != MAIN, b.name))
+        return Protection(self.repo).marked(sorted((b for b in found if b), key=lambda b: (b.name != MAIN, b.name)))
+
+    def protect(self, name: str, *, actor: str | None = None) -> Branch:
+        """Refuse direct writes to branch ``name`` from now on: it changes only by merges, reverts and
+        cherry-picks (see :mod:`trimerge.lineage.protection`); recorded with actor and time."""
+        return Protection(self.repo).change(name, True, actor)
+
+    def unprotect(self, name: str, *, actor: str | None = None) -> Branch:
+        """Allow direct writes to branch ``name`` again; recorded with actor and time."""
+        return Protection(self.repo).change(name, False, actor)
 
     def names(self) -> list[str]:
         return [b.name for b in self.list()]
@@ -87,6 +97,7 @@ class BranchManager:
         self.get(name)
         if name == MAIN:
             raise InvalidOperationError("cannot delete 'main'")
+        refuse(repo, name, "deleting it")
         if name == repo.current_branch:
             raise InvalidOperationError(f"cannot delete {name!r}: it is the current branch (switch first)")
         if not force:

@@ -38,6 +38,9 @@ class TableVersion:
     delta_since: int | None = None
     index_params: tuple[tuple[str, str], ...] = ()
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Data checks on this table: (name, canonical JSON of {"sql", "gates"}), sorted
+    #: (see :mod:`trimerge.lineage.checks`).
+    checks: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -53,6 +56,8 @@ class TableVersion:
             doc["index_params"] = dict(self.index_params)
         if self.derived:
             doc["derived"] = {c: list(i) for c, i in self.derived}
+        if self.checks:
+            doc["checks"] = dict(self.checks)
         return doc
 
     @classmethod
@@ -60,9 +65,11 @@ class TableVersion:
         since = doc.get("delta_since")
         params = doc.get("index_params") or {}
         derived = doc.get("derived") or {}
+        checks = doc.get("checks") or {}
         return cls(doc["dataset"], doc["lance_branch"], int(doc["version"]), doc["owner"], tuple(doc["primary_key"]),
                    int(since) if since is not None else None, tuple(sorted((str(k), str(v)) for k, v in params.items())),
-                   tuple(sorted((str(c), tuple(str(x) for x in i)) for c, i in derived.items())))
+                   tuple(sorted((str(c), tuple(str(x) for x in i)) for c, i in derived.items())),
+                   tuple(sorted((str(k), str(v)) for k, v in checks.items())))
 
     def delta_exact_from(self, version: int) -> bool:
         """Whether Lance's ``delta`` from ``version`` (of this Lance branch) to this version names

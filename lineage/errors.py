@@ -94,6 +94,11 @@ class InvalidOperationError(TrimergeError, ValueError):
     """The call is well-formed but not allowed in the repository's state."""
 
 
+class ProtectedBranchError(ReadOnlyRefError):
+    """A direct write to a protected branch: change it by merging into it (see
+    :mod:`trimerge.lineage.protection`)."""
+
+
 class RepositoryNotFoundError(NotFoundError):
     """No trimerge repository at that location."""
 

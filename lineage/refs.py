@@ -61,6 +61,8 @@ class Branch:
     created_at: datetime
     parent: str | None  # branch it was created from (None for main or when created from a tag/commit)
     version: Any = field(default=None, compare=False, repr=False)  # of the ref document, for the swap
+    #: Whether the branch is protected (filled in by ``repo.branches``; see lineage/protection.py).
+    protected: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "commit": self.commit_id, "id": self.id,

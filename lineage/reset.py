@@ -15,6 +15,8 @@ from trimerge.lineage import graph as graphalg
 from trimerge.lineage.errors import BranchNotFoundError, ConcurrentWriteError, RefSyntaxError
 from trimerge.lineage.faults import crashpoint
 
+from trimerge.lineage.protection import refuse
+
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
 
@@ -59,6 +61,7 @@ def reset(repo: "Repository", name: str, ref: str, *, actor: str | None = None, 
     if not isinstance(ref, str) or not ref:
         raise RefSyntaxError("reset needs a ref to move the branch to")
     current = repo.branches.get(name)  # BranchNotFoundError
+    refuse(repo, name, "reset")
     target = repo.resolve(ref)
     repo.check_readable(target)
     if dry_run or current.commit_id == target.id:

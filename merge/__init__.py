@@ -3,6 +3,7 @@
 from trimerge.merge.engine import (
     Conflict,
     MergeBaseError,
+    MergeCheckError,
     MergeConflictError,
     MergeResult,
     TableMergeStats,
@@ -12,7 +13,7 @@ from trimerge.merge.engine import (
 )
 from trimerge.merge.rebase import RebaseConflictError, RebaseResult, rebase
 
-__all__ = ["Conflict", "MergeBaseError", "MergeConflictError", "MergeResult", "RebaseConflictError", "RebaseResult",
+__all__ = ["Conflict", "MergeBaseError", "MergeCheckError", "MergeConflictError", "MergeResult", "RebaseConflictError", "RebaseResult",
            "TableMergeStats", "cherry_pick", "merge", "rebase", "revert"]
 
 from trimerge.lineage.boundary import guarded as _guarded  # noqa: E402 - the API's edge

@@ -27,6 +27,7 @@ from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.derived import check_on_stale
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
+from trimerge.merge.gates import Gate, merge_checks
 from trimerge.merge.plan import ThreeWay
 from trimerge.merge.publish import publish
 from trimerge.merge.resolutions import Resolutions, check_writable, write_conflicts
@@ -38,6 +39,7 @@ from trimerge.merge.result import (
     Conflict,
     Granularity,
     MergeBaseError,
+    MergeCheckError,
     MergeConflictError,
     MergeResult,
     Strategy,
@@ -46,7 +48,8 @@ from trimerge.merge.result import (
 )
 from trimerge.merge.virtual_base import VirtualBase
 
-__all__ = ["GRANULARITIES", "STRATEGIES", "Conflict", "Granularity", "MergeBaseError", "MergeConflictError",
+__all__ = ["GRANULARITIES", "STRATEGIES", "Conflict", "Granularity", "MergeBaseError", "MergeCheckError",
+           "MergeConflictError",
            "MergeResult", "Strategy", "TableMergeStats", "cherry_pick", "merge", "revert"]
 
 
@@ -112,8 +115,10 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
          conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
          verify: bool | None = None, only: set[str] | None = None, on_stale: str = "report",
-         progress: Progress | None = None) -> MergeResult:
+         progress: Progress | None = None, checks: bool = True) -> MergeResult:
     validate_options(strategy, granularity)
+    if not isinstance(checks, bool):
+        raise InvalidOperationError(f"checks= takes True or False, not {checks!r}")
     check_on_stale(on_stale)
     _check_limit(max_conflicts)
     if conflicts_file:
@@ -134,7 +139,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
                              bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
                              dry_run=dry_run, actor=actor, message=message, metadata=metadata,
                              merge_commit=merge_commit, conflicts_file=conflicts_file, max_conflicts=max_conflicts,
-                             progress=progress)
+                             progress=progress, checks=checks)
         finally:
             three.close()
     return result
@@ -143,8 +148,11 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
 def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Resolver, *, source_ref: str, dest: str,
             ours: Commit, theirs: Commit, bases: list[Commit], is_virtual: bool, strategy: Any, granularity: str,
             dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None, merge_commit: bool,
-            conflicts_file: str | None, max_conflicts: int | None, progress: Progress | None = None) -> MergeResult:
-    """The result of a planned merge: its conflicts (also to ``conflicts_file``), or its commit."""
+            conflicts_file: str | None, max_conflicts: int | None, progress: Progress | None = None,
+            checks: bool = True) -> MergeResult:
+    """The result of a planned merge: its conflicts (also to ``conflicts_file``), or its commit;
+    the data checks gating ``dest`` run on the result first (:mod:`trimerge.merge.gates`)."""
+    check_records = merge_checks(three)  # may add check.update_update conflicts
     unused = resolver.unused()
     if unused:
         shown = "; ".join(r.describe() for r in unused[:5]) + (f"; … {len(unused) - 5} more" if len(unused) > 5 else "")
@@ -157,12 +165,15 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
                          stats={n: p.stats for n, p in three.plans.items()}, dry_run=dry_run, strategy=strategy,
                          granularity=granularity, virtual_base=is_virtual,
                          stale=stale_keys(three.plans))
+    gate = Gate(repo, dest, check_records, checks, result)
     if total or three.conflicts:
         result.status = "conflicts"
+        gate.dry(three.plans, ours, conflicts=True)
         if not dry_run:
             raise MergeConflictError(result)
         return result
     if dry_run:
+        gate.dry(three.plans, ours)
         return result
     meta = {"merge.resolved_by_hand": str(given.applied),
             "merge.resolved_by_strategy": str(sum(p.stats.resolved for p in three.plans.values())),
@@ -176,7 +187,7 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
     if progress is not None:
         progress(dest, "publish")
     result.commit = publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
-                            message, meta)
+                            message, meta, gate=gate)
     if progress is not None:
         progress(dest, "published")
     if result.commit is None:
@@ -219,7 +230,7 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           resolutions: Any = None, conflicts_file: str | None = None,
           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None, squash: bool = False,
           tables: list[str] | None = None, on_stale: str = "report",
-          progress: Progress | None = None) -> MergeResult:
+          progress: Progress | None = None, checks: bool = True) -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
@@ -251,7 +262,12 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     ``progress``: called as ``progress(table, "start")`` and ``progress(table, "done")`` around
     each table's merge (in name order, as ``diff(progress=)`` does), then
     ``progress(dest, "publish")`` and ``progress(dest, "published")`` around writing the commit
-    (not for a dry run or a merge with conflicts)."""
+    (not for a dry run or a merge with conflicts).
+
+    Data checks that gate ``dest`` (:meth:`Repository.checks`) run on the merge's result before
+    it publishes (also on a dry run): a failing one publishes nothing and raises
+    :class:`MergeCheckError` (a dry run returns status ``check_failed``); ``result.checks`` lists
+    every check run. ``checks=False`` skips them, and the merge commit records that it did."""
     repo, src, dst = _resolve_inputs(source, dest, repo)
     validate_options(strategy, granularity)
     check_on_stale(on_stale)
@@ -280,14 +296,14 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                 message=message or default, metadata={**extra, **(metadata or {})},
                 merge_commit=not squash and only is None, engine=engine, spark=spark, resolutions=resolutions,
                 conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify, only=only,
-                on_stale=on_stale, progress=progress)
+                on_stale=on_stale, progress=progress, checks=checks)
 
 
 def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: Repository | None,
                   strategy: Any, granularity: str, dry_run: bool, actor: str | None, message: str | None,
                   metadata: Mapping[str, str] | None, resolutions: Any = None, conflicts_file: str | None = None,
                   max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
-                  on_stale: str = "report") -> MergeResult:
+                  on_stale: str = "report", checks: bool = True) -> MergeResult:
     """Three-way merge of one commit's change onto ``branch``: the change from the commit's first
     parent to the commit (cherry-pick), or back from the commit to its parent (revert)."""
     repo, src, dst = _resolve_inputs(commit, branch, repo)
@@ -302,7 +318,7 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
                 granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
                 metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False,
                 resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
-                on_stale=on_stale)
+                on_stale=on_stale, checks=checks)
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
@@ -310,13 +326,13 @@ def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None
                 dry_run: bool = False, actor: str | None = None, message: str | None = None,
                 metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
            max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
-           on_stale: str = "report") -> MergeResult:
+           on_stale: str = "report", checks: bool = True) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
     merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
                          conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
-                         on_stale=on_stale)
+                         on_stale=on_stale, checks=checks)
 
 
 def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
@@ -324,10 +340,10 @@ def revert(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = No
            dry_run: bool = False, actor: str | None = None, message: str | None = None,
            metadata: Mapping[str, str] | None = None, resolutions: Any = None, conflicts_file: str | None = None,
            max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
-           on_stale: str = "report") -> MergeResult:
+           on_stale: str = "report", checks: bool = True) -> MergeResult:
     """Undo the changes ``commit`` made, on ``branch``: a three-way merge with base = the commit,
     source = its first parent. Publishes a one-parent commit."""
     return _apply_commit(commit, branch, invert=True, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
                          conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
-                         on_stale=on_stale)
+                         on_stale=on_stale, checks=checks)

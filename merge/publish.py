@@ -3,7 +3,7 @@ transaction that is never published (a virtual merge base)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -95,10 +95,12 @@ def _restore_columns(repo: Repository, tx: Any, name: str, plan: TablePlan) -> N
 
 def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_tip: Commit,
             extra_parents: Sequence[str], refers: Sequence[str], actor: str | None, message: str,
-            metadata: Mapping[str, str] | None) -> Commit | None:
+            metadata: Mapping[str, str] | None, gate: Callable[[Any], None] | None = None) -> Commit | None:
     """One commit on ``dest`` applying ``plans`` (None: nothing to publish). Refused with a
-    retryable error if ``dest`` moved since ``dest_tip`` was read."""
+    retryable error if ``dest`` moved since ``dest_tip`` was read. ``gate(tx)`` runs on the built
+    result before it publishes (the merge's data checks, :mod:`trimerge.merge.gates`): raising aborts."""
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
+    tx.merging = True  # a merge may write a protected branch (lineage/protection.py)
     tx.begin()
     try:
         if tx.base.id != dest_tip.id:
@@ -108,6 +110,8 @@ def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_ti
         apply_plans(repo, tx, plans)
         for p in extra_parents:
             tx.add_parent(p)
+        if gate is not None:
+            gate(tx)
         if not extra_parents and not tx.has_changes:
             tx.abort()
             return None

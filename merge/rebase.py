@@ -22,6 +22,7 @@ from ulid import ULID
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError
 from trimerge.lineage.faults import crashpoint
+from trimerge.lineage.protection import refuse
 from trimerge.lineage.refs import Branch, now
 from trimerge.lineage.repository import Repository
 from trimerge.merge.engine import cherry_pick
@@ -137,6 +138,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
     repo.check_writable()
     name = repo.default_ref(branch)
     current = repo.branches.get(name)
+    refuse(repo, name, "rebasing it (rebase other branches onto it)")
     if not isinstance(onto, str) or not onto:
         raise InvalidOperationError("rebase needs a ref to rebase onto (--onto REF)")
     target = repo.resolve(onto)

@@ -16,7 +16,9 @@ JSON schema (``report("json")``, stable; version 1)::
                        "resolved", "schema_changes"}},
      "conflicts": [{"kind", "table", "key": {col: value} | null, "columns": [str],
                     "base": {...} | null, "ours": {...} | null, "theirs": {...} | null, "message": str}],
-     "stale": {table: [{col: value}]}}   (rows whose derived column and inputs come from different sides)
+     "stale": {table: [{col: value}]},   (rows whose derived column and inputs come from different sides)
+     "checks": [{"name", "table", "failing_rows", "sample_keys": [{col: value}], "sql", "passed"}]}
+    (status "check_failed": a data check gating dest failed on the merge's result)
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ RULES = {
     "row.update_update": "Same cells changed differently on both sides",
     "row.stale_derived": "A derived column's value and an input it is computed from come from different sides",
     "derived.update_update": "Derived column declared differently on both sides",
+    "check.update_update": "Data check defined differently on both sides",
+    "check.failed": "A data check gating the destination returns failing rows on the merge's result",
 }
+
+
+def check_line(c) -> str:
+    """One line for a check run (``trimerge.lineage.checks.CheckResult``)."""
+    return c.describe()
 
 
 def stale_lines(result: "MergeResult") -> list[tuple[str, str]]:
@@ -104,6 +113,17 @@ def junit(result: "MergeResult") -> str:
         case = ET.SubElement(suite, "testcase", classname=f"trimerge.merge.{table}", name=f"{table}: stale derived rows")
         ET.SubElement(case, "skipped", message=line)
         total += 1
+    if result.checks:  # one testcase per data check run on the result
+        failed = result.failed_checks
+        suite = ET.SubElement(root, "testsuite", name="data checks", tests=str(len(result.checks)),
+                              failures=str(len(failed)), errors="0", skipped="0")
+        for c in result.checks:
+            case = ET.SubElement(suite, "testcase", classname=f"trimerge.check.{c.table}", name=c.name)
+            if not c.passed:
+                failure = ET.SubElement(case, "failure", message=check_line(c), type="check.failed")
+                failure.text = json.dumps(c.to_json(), indent=2, sort_keys=True)
+        total += len(result.checks)
+        failures += len(failed)
     root.set("tests", str(total))
     root.set("failures", str(failures))
     root.set("errors", "0")
@@ -162,6 +182,16 @@ def sarif(result: "MergeResult") -> str:
             "partialFingerprints": {"trimergeConflict/v1": hashlib_digest(["row.stale_derived", table])},
             "properties": {"stale": len(result.stale[table])},
         })
+    for c in result.failed_checks:
+        results.append({
+            "ruleId": "check.failed", "level": "error", "message": {"text": check_line(c)},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": sarif_uri(c.table)},
+                                                "region": {"startLine": 1, "snippet": {"text": c.table}}},
+                           "logicalLocations": [{"name": c.name, "fullyQualifiedName": f"{c.table}.{c.name}",
+                                                 "kind": "object"}]}],
+            "partialFingerprints": {"trimergeConflict/v1": hashlib_digest(["check.failed", c.table, c.name])},
+            "properties": {"check": jsonable(c.to_json())},
+        })
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -186,7 +216,7 @@ def _cell(v) -> str:
 
 def markdown(result: "MergeResult") -> str:
     """A summary table plus the first conflicting rows per table (for a CI step summary)."""
-    icon = {"merged": "✅", "up-to-date": "✅", "conflicts": "❌"}[result.status]
+    icon = {"merged": "✅", "up-to-date": "✅", "conflicts": "❌", "check_failed": "❌"}[result.status]
     lines = [f"## {icon} trimerge: {_title(result)}", "",
              f"**Status:** {result.status}{' (dry run)' if result.dry_run else ''} · "
              f"**Conflicts:** {len(result.conflicts)} · source `{result.source_commit.id[:10]}` · dest `{result.dest_commit.id[:10]}`"
@@ -199,6 +229,10 @@ def markdown(result: "MergeResult") -> str:
         lines.append("")
     for _table, line in stale_lines(result):
         lines += [f"⚠️ {line}", ""]
+    for c in result.failed_checks:
+        lines += [f"❌ {_cell(check_line(c))}", ""]
+    if result.checks and not result.failed_checks:
+        lines += [f"✅ {len(result.checks)} data check(s) passed", ""]
     by_table: dict[str, list] = {}
     for c in result.conflicts:
         by_table.setdefault(c.table, []).append(c)
@@ -226,6 +260,8 @@ def github(result: "MergeResult") -> str:
     """GitHub Actions workflow commands: one ``::error`` line per conflict."""
     warnings = [f"::warning title={_escape_property(f'stale derived rows in {table}')}::{_escape_data(line)}"
                 for table, line in stale_lines(result)]
+    warnings += [f"::error title={_escape_property(f'check {c.name} failed on {c.table}')}::"
+                 f"{_escape_data(check_line(c))}" for c in result.failed_checks]
     if not result.conflicts:
         return "\n".join([*warnings, f"::notice title={_escape_property('trimerge ' + _title(result))}::"
                                        f"{result.status}"]) + "\n"

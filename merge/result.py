@@ -37,6 +37,21 @@ class MergeConflictError(TrimergeError):
         self.result = result
 
 
+class MergeCheckError(TrimergeError):
+    """A data check that gates the destination failed on the merge's result; nothing was published.
+
+    ``result`` carries every check run (``result.checks``: name, table, failing_rows, sample_keys)."""
+
+    exit_code = 1
+
+    def __init__(self, result: "MergeResult"):
+        failed = [c for c in result.checks if not c.passed]
+        shown = "; ".join(c.describe() for c in failed[:3]) + (f"; … {len(failed) - 3} more" if len(failed) > 3 else "")
+        super().__init__(f"merge of {result.source_ref!r} into {result.dest_ref!r} fails {len(failed)} check(s): "
+                         f"{shown}; nothing was published (fix the data on the source, or pass checks=False)")
+        self.result = result
+
+
 class MergeBaseError(TrimergeError):
     """Kept for compatibility: criss-cross histories (several merge bases that disagree) now merge
     through a virtual base, as git's recursive strategy does, and no longer raise this."""
@@ -125,7 +140,7 @@ class MergeResult:
     ``dest_ref``/``dest_commit`` (``dest_ref`` is always a branch). ``source`` and ``dest`` are
     the older names of ``source_commit`` and ``dest_ref``."""
 
-    status: Literal["merged", "up-to-date", "conflicts"]
+    status: Literal["merged", "up-to-date", "conflicts", "check_failed"]
     source_ref: str
     source_commit: Commit
     dest_ref: str
@@ -142,6 +157,13 @@ class MergeResult:
     #: it is computed from comes from the other's change (see trimerge.lineage.derived); with
     #: ``on_stale="conflict"`` they are ``row.stale_derived`` conflicts instead.
     stale: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: One entry per data check run on the result (``name``, ``table``, ``failing_rows``,
+    #: ``sample_keys``; see trimerge.merge.gates); status ``check_failed`` when one fails.
+    checks: list[Any] = field(default_factory=list)
+
+    @property
+    def failed_checks(self) -> list[Any]:
+        return [c for c in self.checks if not c.passed]
 
     @property
     def source(self) -> Commit:
@@ -192,6 +214,7 @@ class MergeResult:
             "conflicts_total": self.conflicts_total,
             "stale": {t: [{k: jsonable(v) for k, v in key.items()} for key in keys]
                       for t, keys in sorted(self.stale.items())},
+            "checks": [c.to_json() for c in self.checks],
         }
 
     def report(self, fmt: str = "markdown") -> str:

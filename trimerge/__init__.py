@@ -36,10 +36,12 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         CorruptRepositoryError as CorruptRepositoryError,
         RepositoryMovedError as RepositoryMovedError,
         DiffVerificationError as DiffVerificationError,
+        ProtectedBranchError as ProtectedBranchError,
     )
     from trimerge.lineage.importing import SourceNotFoundError as SourceNotFoundError
     from trimerge.lineage.namespace import TrimergeNamespace as TrimergeNamespace
     from trimerge.merge.result import MergeBaseError as MergeBaseError, MergeConflictError as MergeConflictError
+    from trimerge.merge.result import MergeCheckError as MergeCheckError
     from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
 
 # Every error class of the API is importable from here: those of lineage/errors.py (whatever it
@@ -52,6 +54,7 @@ globals().update(_ERRORS)
 _LAZY = {
     "MergeConflictError": "trimerge.merge.result",
     "MergeBaseError": "trimerge.merge.result",
+    "MergeCheckError": "trimerge.merge.result",
     "RebaseConflictError": "trimerge.merge.rebase",
     "SourceNotFoundError": "trimerge.lineage.importing",
     "SparkUnavailableError": "trimerge.diff.spark",

@@ -1,0 +1,264 @@
+"""Data checks: a name, a table and a SQL query over that table that returns the failing rows
+(dbt's convention). Checks are versioned table state (``TableVersion.checks``), so they travel
+with commits, time travel and merges (merged three-way like the schema: :mod:`trimerge.merge.gates`).
+
+A query sees the table under its own name (``SELECT * FROM flights WHERE dep_delay < -120``) and
+runs in DuckDB over the Lance dataset (projections and filters pushed into Lance's scan, nothing
+copied), with file access disabled. Only a single query is accepted: anything that writes, loads,
+attaches or sets is refused when the check is added.
+
+``gates`` names the branches whose merges a check gates; None means every protected branch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.errors import AlreadyExistsError, InvalidOperationError, NotFoundError
+from trimerge.lineage.names import validate_branch_name, validate_table_name
+
+if TYPE_CHECKING:
+    from trimerge.lineage.repository import Repository
+
+SAMPLE_KEYS = 5  # failing rows' keys a result carries
+MAX_SQL = 100_000
+
+
+class CheckNotFoundError(NotFoundError):
+    """No check of that name."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check's definition: ``gates`` None gates merges into every protected branch."""
+
+    name: str
+    table: str
+    sql: str
+    gates: tuple[str, ...] | None = None
+
+    def record(self) -> str:
+        return json.dumps({"sql": self.sql, "gates": None if self.gates is None else list(self.gates)},
+                          sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_record(cls, name: str, table: str, text: str) -> "Check":
+        doc = json.loads(text)
+        gates = doc.get("gates")
+        return cls(name, table, str(doc.get("sql", "")), None if gates is None else tuple(str(g) for g in gates))
+
+    def gates_branch(self, branch: str, protected: Iterable[str]) -> bool:
+        return branch in (set(protected) if self.gates is None else set(self.gates))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "table": self.table, "sql": self.sql,
+                "gates": None if self.gates is None else list(self.gates)}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check run: ``failing_rows`` counts the rows the query returned; ``sample_keys`` holds the
+    first failing rows' keys (by key order; empty when the query does not return the key columns)."""
+
+    name: str
+    table: str
+    failing_rows: int
+    sample_keys: list[dict[str, Any]] = field(default_factory=list)
+    sql: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.failing_rows == 0
+
+    def to_json(self) -> dict[str, Any]:
+        from trimerge.merge.result import jsonable
+
+        return {"name": self.name, "table": self.table, "failing_rows": self.failing_rows,
+                "sample_keys": [jsonable(k) for k in self.sample_keys], "sql": self.sql, "passed": self.passed}
+
+    def describe(self) -> str:
+        if self.passed:
+            return f"check {self.name} on {self.table}: passed"
+        shown = ", ".join(json.dumps(k, sort_keys=True, default=str) for k in self.sample_keys[:3])
+        more = " …" if self.failing_rows > min(3, len(self.sample_keys)) else ""
+        return f"check {self.name} on {self.table}: {self.failing_rows} failing row(s)" + \
+            (f" ({shown}{more})" if shown else "")
+
+
+def table_checks(tv: TableVersion | None, table: str) -> dict[str, Check]:
+    return {} if tv is None else {n: Check.from_record(n, table, r) for n, r in tv.checks}
+
+
+def as_record(checks: Mapping[str, Check]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((n, c.record()) for n, c in checks.items()))
+
+
+def all_checks(tables: Mapping[str, TableVersion]) -> list[Check]:
+    return sorted((c for name, tv in tables.items() for c in table_checks(tv, name).values()),
+                  key=lambda c: (c.name, c.table))
+
+
+# ---------------------------------------------------------------------------------------------- SQL
+def checked_sql(sql: Any, what: str) -> str:
+    """``sql`` if it is one read-only query (sqlglot, DuckDB dialect); one clear error otherwise."""
+    import sqlglot
+    from sqlglot import exp
+
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidOperationError(f"{what}: the SQL must be a non-empty query")
+    if len(sql) > MAX_SQL or "\x00" in sql:
+        raise InvalidOperationError(f"{what}: the SQL is longer than {MAX_SQL} characters or holds a NUL")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidOperationError(f"{what}: the SQL does not parse ({first[:200]})") from None
+    if len(statements) != 1:
+        raise InvalidOperationError(f"{what}: give exactly one query, not {len(statements)} statements")
+    tree = statements[0]
+    writes = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Command, exp.Copy,
+              exp.Merge, exp.Set, exp.Pragma, exp.Use, exp.Transaction, exp.Commit, exp.Rollback)
+    if not isinstance(tree, exp.Query) or any(isinstance(node, writes) for node in tree.walk()):
+        raise InvalidOperationError(f"{what}: a check's SQL must be a query returning the failing rows "
+                                    "(SELECT ...); it may not write")
+    return sql
+
+
+def _connect(table: str, dataset: Any) -> Any:
+    import duckdb
+
+    con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
+    con.register(table, dataset)
+    return con
+
+
+def bind(table: str, dataset: Any, sql: str, what: str) -> list[str]:
+    """The query's output columns, binding it against the table without running it."""
+    import duckdb
+
+    con = _connect(table, dataset)
+    try:
+        return list(con.sql(sql).columns)
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidOperationError(f"{what}: the SQL does not run on table {table!r}: {first[:300]}") from None
+    finally:
+        con.close()
+
+
+def run_check(check: Check, dataset: Any, primary_key: Sequence[str]) -> CheckResult:
+    """Run ``check`` on ``dataset`` (the table as the ref or the merge's result has it): count the
+    failing rows and take the first ones' keys, in one pass over what the query reads."""
+    import duckdb
+
+    con = _connect(check.table, dataset)
+    try:
+        columns = list(con.sql(check.sql).columns)
+        keys = [k for k in primary_key if k in columns]
+        quoted = ", ".join('"' + k.replace('"', '""') + '"' for k in keys)
+        if keys:
+            rows = con.sql(f"SELECT {quoted}, count(*) OVER () AS __trimerge_n FROM ({check.sql}) AS failing "
+                           f"ORDER BY {quoted} LIMIT {SAMPLE_KEYS}").fetchall()
+            n = rows[0][-1] if rows else 0
+            sample = [dict(zip(keys, r[:-1])) for r in rows]
+        else:
+            n, sample = con.sql(f"SELECT count(*) FROM ({check.sql}) AS failing").fetchone()[0], []
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidOperationError(f"check {check.name!r} on {check.table!r} failed to run: {first[:300]}") from None
+    finally:
+        con.close()
+    return CheckResult(check.name, check.table, int(n), sample, check.sql)
+
+
+def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, TableVersion]) -> list[CheckResult]:
+    """Run every check against ``open_table(table)`` (a Lance dataset); a check whose table is gone
+    is reported as failing to run."""
+    out = []
+    for check in checks:
+        if check.table not in tables:
+            raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
+        out.append(run_check(check, open_table(check.table), tables[check.table].primary_key))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the API
+class Checks:
+    """``repo.checks``: add, remove, list and run data checks."""
+
+    def __init__(self, repo: "Repository"):
+        self.repo = repo
+
+    def list(self, ref: str | None = None) -> list[Check]:
+        """The checks defined at ``ref`` (default: the current branch), by name."""
+        return all_checks(self.repo.resolve(self.repo.default_ref(ref)).tables)
+
+    def get(self, name: str, ref: str | None = None) -> Check:
+        for c in self.list(ref):
+            if c.name == name:
+                return c
+        raise CheckNotFoundError(f"no check {name!r} at {self.repo.default_ref(ref)}")
+
+    def add(self, name: str, table: str, sql: str, *, gates: Sequence[str] | None = None, branch: str | None = None,
+            actor: str | None = None, message: str | None = None) -> Check:
+        """Define check ``name`` on ``table``, committed on ``branch`` (default: the current branch).
+        Checked before anything is written: the name, the table, the SQL (one query that binds
+        against the table: every column it names exists) and the gated branch names."""
+        repo = self.repo
+        repo.check_writable()
+        what = f"check {name!r}"
+        if not isinstance(name, str):
+            raise InvalidOperationError(f"a check name must be text, not {name!r}")
+        validate_table_name(name)  # the same rules: letters, digits, underscores
+        gates_t = None if gates is None else _checked_gates(gates, what)
+        sql = checked_sql(sql, what)
+        target = repo.default_ref(branch)
+        tv = repo.table_version(table, target)
+        existing = self.list(target)
+        if any(c.name == name for c in existing):
+            raise AlreadyExistsError(f"a check named {name!r} exists already at {target}")
+        bind(table, repo.open_table_version(tv), sql, what)
+        check = Check(name, table, sql, gates_t)
+        with repo.transaction(target, actor=actor, message=message or f"Add check {name} on {table}") as tx:
+            current = tx.table_version(table)
+            tx.set_table(table, replace(current, checks=as_record({**table_checks(current, table), name: check})))
+        return check
+
+    def remove(self, name: str, *, branch: str | None = None, actor: str | None = None,
+               message: str | None = None) -> Check:
+        """Remove check ``name`` (committed on ``branch``, default: the current branch)."""
+        repo = self.repo
+        repo.check_writable()
+        target = repo.default_ref(branch)
+        check = self.get(name, target)
+        with repo.transaction(target, actor=actor, message=message or f"Remove check {name}") as tx:
+            current = tx.table_version(check.table)
+            kept = {n: c for n, c in table_checks(current, check.table).items() if n != name}
+            tx.set_table(check.table, replace(current, checks=as_record(kept)))
+        return check
+
+    def run(self, ref: str | None = None, *, names: Sequence[str] | None = None) -> list[CheckResult]:
+        """Run the checks defined at ``ref`` (or those named) on the data at ``ref``."""
+        repo = self.repo
+        commit = repo.resolve(repo.default_ref(ref))
+        checks = all_checks(commit.tables)
+        if names is not None:
+            unknown = sorted(set(names) - {c.name for c in checks})
+            if unknown:
+                raise CheckNotFoundError(f"no check {unknown[0]!r} at {repo.default_ref(ref)}")
+            checks = [c for c in checks if c.name in set(names)]
+        return run_all(checks, lambda t: repo.open_table_version(commit.tables[t]), commit.tables)
+
+
+def _checked_gates(gates: Sequence[str], what: str) -> tuple[str, ...]:
+    if isinstance(gates, str):
+        gates = [gates]
+    if not isinstance(gates, (list, tuple, set, frozenset)) or not all(isinstance(g, str) for g in gates):
+        raise InvalidOperationError(f"{what}: gates= takes a list of branch names, not {gates!r}")
+    for g in gates:
+        if g != "main":
+            validate_branch_name(g)
+    return tuple(sorted(set(gates)))
