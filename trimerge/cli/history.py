@@ -55,7 +55,7 @@ def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
     branches = repo.branches.list()
     names = {b.name for b in branches}
     rows = [{"name": b.name, "commit": b.commit_id, "current": b.name == current, "parent": b.parent,
-             "created_at": b.created_at.isoformat()} for b in branches]
+             "created_at": b.created_at.isoformat(), "protected": b.protected} for b in branches]
 
     def origin(r: dict) -> str:
         if not verbose:
@@ -65,7 +65,25 @@ def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
         return f"\tfrom {r['parent']}" + ("" if r["parent"] in names else " (deleted)")
 
     emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
-                                        f"{origin(r)}") for r in rows])
+                                        f"{' (protected)' if r['protected'] else ''}{origin(r)}") for r in rows])
+
+
+@branch.command("protect")
+@click.argument("name")
+@common
+def branch_protect(obj: Context, name: str) -> None:
+    """Protect branch NAME: direct writes are refused, it changes by merges only."""
+    b = obj.repo().branches.protect(name)
+    emit(obj, {"name": b.name, "protected": True}, f"Protected branch {b.name}: it changes by merges only")
+
+
+@branch.command("unprotect")
+@click.argument("name")
+@common
+def branch_unprotect(obj: Context, name: str) -> None:
+    """Allow direct writes to branch NAME again."""
+    b = obj.repo().branches.unprotect(name)
+    emit(obj, {"name": b.name, "protected": False}, f"Branch {b.name} is no longer protected")
 
 
 @branch.command("delete")

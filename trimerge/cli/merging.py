@@ -37,6 +37,8 @@ def merge_options(fn: Callable) -> Callable:
                      help="Write the conflicts table to FILE (.parquet, .csv, .jsonl) to fill in resolutions."),
         click.option("--resolve", "resolve_file", default=None, metavar="FILE",
                      help="Resolutions: the conflicts table with 'resolution' (ours|theirs|base|value) and 'value'."),
+        click.option("--no-checks", "no_checks", is_flag=True, default=False,
+                     help="Skip the data checks that gate the destination (the merge commit records it)."),
         click.option("--verify", is_flag=True, default=False,
                      help="Check every diff the merge uses against the brute-force diff first (exit 4 on a "
                           "difference; also TRIMERGE_VERIFY=1)."),
@@ -106,10 +108,10 @@ def _merge_bar(obj: Context, repo: Any, source: str, dest: str) -> Any:
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False, squash: bool = False,
-               tables: tuple[str, ...] = (), on_stale: str = "report") -> None:
+               tables: tuple[str, ...] = (), on_stale: str = "report", no_checks: bool = False) -> None:
     from trimerge.lineage.errors import InvalidOperationError
     from trimerge.merge.reports import stale_lines
-    from trimerge.merge import MergeConflictError
+    from trimerge.merge import MergeCheckError, MergeConflictError
     from trimerge.merge.reports import FORMATS
     from trimerge.merge.resolutions import read_table as read_resolutions
 
@@ -138,11 +140,13 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             extra["tables"] = list(tables)
         if on_stale != "report":
             extra["on_stale"] = on_stale
+        if no_checks:
+            extra["checks"] = False
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
                     conflicts_file=conflicts_file, verify=verify or None, **extra)
-    except MergeConflictError as exc:
+    except (MergeConflictError, MergeCheckError) as exc:
         result = exc.result
     except InvalidOperationError as exc:  # the API names its arguments (strategy=); say the options
         fail(api_to_cli(str(exc)))
@@ -165,6 +169,11 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
                            f"{s.cells_merged} cell(s) merged, {s.conflicts} conflict(s)")
         for _table, line in stale_lines(result):
             click.echo(f"STALE {line}")
+        for c in result.checks:
+            click.echo(f"{'CHECK FAILED' if not c.passed else 'check passed'} {c.describe()}")
+        if result.status == "check_failed":
+            click.echo(f"{len(result.failed_checks)} check(s) failed; "
+                       + ("nothing published" if not dry_run else "dry run"))
         for c in result.conflicts:
             click.echo(f"CONFLICT {c.describe()}")
             for line in c.value_lines():
@@ -176,7 +185,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
                        else f"dry run: {n} conflict(s){shown}")
         elif result.commit is not None:
             click.echo(f"[{dest} {repo.short_id(result.commit.id)}] {result.commit.message}")
-        elif dry_run:
+        elif dry_run and result.status != "check_failed":
             click.echo("dry run: merges cleanly")
 
     if not (reports and any(":" not in r for r in reports)):
@@ -191,7 +200,7 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
         say_error(f"{verb} as {result.commit.id}; writing {path} failed: {why}", "OutputNotWritten",
                   EXIT_OUTPUT_FAILED)
         sys.exit(EXIT_OUTPUT_FAILED)
-    if result.has_conflicts:
+    if result.has_conflicts or result.status == "check_failed":
         sys.exit(EXIT_NO)
 
 
@@ -235,7 +244,7 @@ def _write_reports(result: Any, reports: tuple[str, ...], published: bool) -> tu
                    "make them row.stale_derived conflicts.")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-              resolve_file, verify, engine, verbose, squash, tables, on_stale) -> None:
+              resolve_file, no_checks, verify, engine, verbose, squash, tables, on_stale) -> None:
     """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
 
     Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
@@ -249,7 +258,7 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
     if any(not t for t in tables):
         fail("--table needs a table name")
     _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
-               conflicts_file, resolve_file, verify, squash, tables, on_stale)
+               conflicts_file, resolve_file, verify, squash, tables, on_stale, no_checks=no_checks)
 
 
 @cli.command("revert")
@@ -258,12 +267,12 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
 @merge_options
 @common
 def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-               resolve_file, verify) -> None:
+               resolve_file, no_checks, verify) -> None:
     """Undo the changes of COMMIT on a branch (a three-way merge)."""
     from trimerge.merge import revert
 
     _run_merge(obj, revert, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify)
+               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify, no_checks=no_checks)
 
 
 @cli.command("cherry-pick")
@@ -272,9 +281,9 @@ def revert_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, r
 @merge_options
 @common
 def cherry_pick_cmd(obj: Context, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-                    conflicts_file, resolve_file, verify) -> None:
+                    conflicts_file, resolve_file, no_checks, verify) -> None:
     """Apply the changes of COMMIT to a branch (a three-way merge)."""
     from trimerge.merge import cherry_pick
 
     _run_merge(obj, cherry_pick, commit_ref, into, strategy, granularity, dry_run, reports, message, actor,
-               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify)
+               conflicts_file=conflicts_file, resolve_file=resolve_file, verify=verify, no_checks=no_checks)
