@@ -51,10 +51,10 @@ print("RESULT " + json.dumps({"seconds": time.perf_counter() - t0, "peak_rss_mb"
 """
 
 
-def build(n: int, full: bool) -> str:
+def build(n: int, full: bool, share: float = 0.5) -> str:
     import trimerge
 
-    path = fresh_dir(f"merge-scale-{n}{'-full' if full else ''}")
+    path = fresh_dir(f"merge-scale-{n}{'-full' if full else ''}-{share}")
     rng = np.random.default_rng(5)
     table = pa.table({"id": np.arange(n, dtype=np.int64), "a": rng.integers(0, 1000, n),
                       "b": rng.random(n), "c": pa.array([f"row {i}" for i in range(n)])})
@@ -62,7 +62,7 @@ def build(n: int, full: bool) -> str:
     repo.create_table("t", table, ["id"])
     repo.branches.create("ours", from_ref="main")
     repo.branches.create("theirs", from_ref="main")
-    src = np.arange(n) if full else np.sort(rng.choice(n, n // 2, replace=False))
+    src = np.arange(n) if full else np.sort(rng.choice(n, max(1, int(n * share)), replace=False))
     dst = np.sort(rng.choice(n, max(1, n // 1000), replace=False))
     theirs = table.take(pa.array(src))
     repo.upsert("t", theirs.set_column(1, "a", pa.array(theirs.column("a").to_numpy() + 1)), branch="theirs")
@@ -94,13 +94,16 @@ def main() -> int:
     ap.add_argument("--rows", type=int, action="append", help="table size (repeatable; default 4M and 8M)")
     ap.add_argument("--engines", default="local,naive", help="comma-separated: local, spark, naive")
     ap.add_argument("--full", action="store_true", help="the source changes every row")
+    ap.add_argument("--shares", default="0.5", help="comma-separated shares of the rows the source changes")
     args = ap.parse_args()
     engines = args.engines.split(",")
     rows = []
-    for n in args.rows or [4_000_000, 8_000_000]:
+    cases = [(n, float(sh)) for n in (args.rows or [4_000_000, 8_000_000]) for sh in
+             (["1"] if args.full else args.shares.split(","))]
+    for n, share in cases:
         t0 = time.perf_counter()
-        path = build(n, args.full)
-        changed = n if args.full else n // 2
+        path = build(n, args.full, share)
+        changed = n if args.full else max(1, int(n * share))
         print(f"{n:,} rows built in {time.perf_counter() - t0:.1f} s (source changed {changed:,})", flush=True)
         for engine in engines:
             r = run(path, engine)

@@ -92,6 +92,11 @@ def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expec
     return _by_fragment(addresses)
 
 
+def fragment_offsets(addresses: np.ndarray) -> dict[int, np.ndarray]:
+    """Row addresses grouped as fragment id -> offsets in the fragment."""
+    return _by_fragment(np.asarray(addresses, dtype=np.uint64))
+
+
 def _by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     # A row's address is (fragment id << 32 | offset in the fragment).
     fragments = (addresses >> np.uint64(32)).astype(np.int64)

@@ -16,7 +16,7 @@ import pyarrow as pa
 from trimerge.lineage import keyed
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.fragments import WriteTarget, delete_offsets, row_offsets
+from trimerge.lineage.fragments import WriteTarget, delete_offsets, fragment_offsets, row_offsets
 
 if TYPE_CHECKING:
     import lance
@@ -53,6 +53,18 @@ class FragmentWrites:
                 new_fragments = write_fragments(table, ds)
         self._commit_update(name, ds, updated, removed, new_fragments, f"replace rows {name}")
         return True
+
+    def replace_located(self, name: str, addresses: Any, rows: pa.Table, op: str) -> None:
+        """Replace the rows at ``addresses`` — found in this transaction's current version of the
+        table, e.g. by :func:`trimerge.lineage.columnwrites.locate` — by ``rows`` (conformed to
+        the table), in one Lance commit: no second lookup of what was just located."""
+        from lance.fragment import write_fragments
+
+        self._require_open()
+        ds = self._writable(name)  # a fork shares the fragments (ids and offsets) it was made from
+        updated, removed = delete_offsets(ds, fragment_offsets(addresses))
+        new = write_fragments(rows, ds) if rows.num_rows else []
+        self._commit_update(name, ds, updated, removed, new, op)
 
     def write_target(self, name: str) -> WriteTarget:
         """Where fragments of ``name`` written elsewhere (Spark executors) go: this transaction's own

@@ -329,8 +329,7 @@ class Transaction(FragmentWrites):
             ids = pa.array(plan.row_ids[plan.row_positions], pa.uint64())
             changes = table.take(pa.array(plan.row_positions, pa.int64()))
             rows = columnwrites.rows_with_changes(self.dataset(name), ids, changes)
-            if not self.replace_rows(name, ids, changes.select(pk), rows):
-                raise InvalidOperationError(f"update {name}: the rows moved while they were being updated; retry")
+            self.replace_located(name, plan.addresses[plan.row_positions], rows, f"update {name}")
 
     def overwrite(self, name: str, data: Any) -> None:
         """Replace a table's rows (the schema may change; the primary key stays)."""

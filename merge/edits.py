@@ -44,6 +44,7 @@ class TablePlan:
     #: Source-only updates written as changed columns (``key + columns`` tables, see
     #: :func:`trimerge.merge.rows.take_source_rows`); set by folds whose publish can write them.
     by_columns: bool = False
+    dest_rows: int = 0  # rows of dest's table (what a column file per fragment covers)
     derived: dict[str, tuple[str, ...]] | None = None  # merged declarations to record (None: as they are)
     declared: dict[str, tuple[str, ...]] = field(default_factory=dict)  # in force for the fold (stale rows)
     stale: list[pa.Table] = field(default_factory=list)  # keys of stale rows (reported)

@@ -233,6 +233,10 @@ class ThreeWay:
     def merge_rows(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> TablePlan:
         name = plan.name
         d_o, d_t = self.diff(name, b, o), self.diff(name, b, t)
+        if d_o.engine == d_t.engine == "spark":  # both counted (and their rows kept) by one Spark job
+            from trimerge.diff.spark import count_together
+
+            count_together([d_o, d_t], self.spark)
         if b is not None and not d_o.changed and self.same_indices(b, o):
             plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
             plan.stats.rows_from_source = d_t.counts.rows_changed
@@ -264,6 +268,7 @@ class ThreeWay:
             self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
         else:
             plan.by_columns = True
+            plan.dest_rows = self.repo.open_table_version(o).count_rows()
             for ours, theirs in self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema):
                 classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
                 fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
