@@ -127,7 +127,12 @@ class HistoryBuilder:
         self.lines.append(line)
 
     def ref(self, commit_id: str) -> str:
-        return self.names[commit_id]
+        """The script's variable for a commit; a commit no tip ever was (one a rebase replayed
+        on the way) by an expression that finds it in the rebuilt history by message."""
+        if commit_id in self.names:
+            return self.names[commit_id]
+        message = self.repo.commit(commit_id).message
+        return f"next(c.id for c in repo.all_commits() if c.message == {message!r})"
 
     def script(self) -> str:
         head = ["import pyarrow as pa", "import trimerge", "from trimerge.diff import diff",
