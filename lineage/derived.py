@@ -88,28 +88,14 @@ def without_columns(declarations: Declarations, dropped: Sequence[str]) -> dict[
 def merge_declarations(base: Declarations, ours: Declarations, theirs: Declarations,
                        decide: Callable[[str, tuple | None, tuple | None, tuple | None], "str | None"]
                        ) -> tuple[dict[str, tuple[str, ...]] | None, list[str]]:
-    """Three-way merge by column: a change on one side is taken, the same change on both is one;
-    different changes on both ask ``decide(column, base, ours, theirs)`` for ``ours``, ``theirs``
-    or ``base`` (None: unresolved, the result is None). Returns (merged, changes taken)."""
-    out: dict[str, tuple[str, ...]] = {}
-    changes: list[str] = []
-    unresolved = False
-    for column in sorted(base.keys() | ours.keys() | theirs.keys()):
-        b, o, t = base.get(column), ours.get(column), theirs.get(column)
-        if o == t or t == b:
-            chosen = o
-        elif o == b:
-            chosen = t
-            changes.append(f"{'undeclare' if t is None else 'declare'} derived {column}")
-        else:
-            choice = decide(column, b, o, t)
-            if choice is None:
-                unresolved = True
-                continue
-            chosen = {"ours": o, "theirs": t, "base": b}[choice]
-        if chosen is not None:
-            out[column] = chosen
-    return (None if unresolved else out), changes
+    """Three-way merge by column (:func:`~trimerge.lineage.threeway.merge_by_name`); different
+    changes on both sides ask ``decide(column, base, ours, theirs)``. Returns (merged — None when
+    a conflict stays unresolved —, changes taken)."""
+    from trimerge.lineage.threeway import merge_by_name
+
+    merged, taken, unresolved = merge_by_name(base, ours, theirs, decide)
+    changes = [f"{'undeclare' if how == 'drop' else 'declare'} derived {column}" for column, how in taken]
+    return (None if unresolved else merged), changes
 
 
 def stale_mask(declarations: Declarations, from_source: Callable[[str], Any], from_dest: Callable[[str], Any],

@@ -19,7 +19,7 @@ from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.protection import Protection
 from trimerge.merge.result import Conflict, MergeCheckError, MergeResult
-from trimerge.merge.resolve import BASE, OURS, THEIRS
+from trimerge.lineage.threeway import merge_by_name
 
 CHECKS_META = "merge.checks"
 
@@ -34,22 +34,14 @@ def merge_checks(three: Any) -> dict[str, tuple[tuple[str, str], ...]]:
         if b is not None and b.checks == o.checks == t.checks:
             continue
         cb, co, ct = (table_checks(tv, name) for tv in (b, o, t))
-        merged: dict[str, Check] = {}
-        for check in sorted(cb.keys() | co.keys() | ct.keys()):
-            vb, vo, vt = cb.get(check), co.get(check), ct.get(check)
-            if vo == vt or vt == vb:
-                pick = vo
-            elif vo == vb:
-                pick = vt
-            else:
-                pick = _decide(three, name, check, vb, vo, vt)
-            if pick is not None:
-                merged[check] = pick
+        merged, _taken, _unresolved = merge_by_name(
+            cb, co, ct, lambda check, vb, vo, vt, table=name: _decide(three, table, check, vb, vo, vt))
         out[name] = as_record(merged)
     return out
 
 
-def _decide(three: Any, table: str, name: str, vb: Check | None, vo: Check | None, vt: Check | None) -> Check | None:
+def _decide(three: Any, table: str, name: str, vb: Check | None, vo: Check | None, vt: Check | None) -> str | None:
+    """The choice for a check defined differently on both sides (None: reported, dest's kept)."""
     shown = [c.to_json() if c is not None else None for c in (vb, vo, vt)]
     conflict = Conflict("check.update_update", table, columns=(name,), base=shown[0], ours=shown[1], theirs=shown[2],
                         message=f"check {name!r} defined differently on both sides")
@@ -59,10 +51,10 @@ def _decide(three: Any, table: str, name: str, vb: Check | None, vo: Check | Non
         three.conflicts.append(conflict)
         if plan is not None:
             plan.stats.conflicts += 1
-        return vo
+        return None
     if decision.by == "strategy" and plan is not None:
         plan.stats.resolved += 1
-    return {OURS: vo, THEIRS: vt, BASE: vb}[decision.choice]
+    return decision.choice
 
 
 class Gate:

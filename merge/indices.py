@@ -14,7 +14,8 @@ import json
 from typing import Any, Callable, Mapping
 
 from trimerge.lineage.indices import KEY_INDEX, list_indices
-from trimerge.merge.resolve import BASE, OURS, THEIRS
+from trimerge.lineage.threeway import merge_by_name
+from trimerge.merge.resolve import BASE, THEIRS
 from trimerge.merge.result import Conflict
 
 Definitions = Mapping[str, tuple]
@@ -39,31 +40,17 @@ def merge_definitions(table: str, base: Definitions, ours: Definitions, theirs: 
                       decide: Decide) -> tuple[dict[str, tuple] | None, list[str]]:
     """The merged definitions (None: an unresolved conflict) and a description of each change
     taken from the source."""
-    out: dict[str, tuple] = {}
-    changes: list[str] = []
-    unresolved = False
-    for name in sorted(base.keys() | ours.keys() | theirs.keys()):
-        b, o, t = base.get(name), ours.get(name), theirs.get(name)
-        if o == t or t == b:
-            chosen = o
-        elif o == b:
-            chosen = t
-            changes.append(f"{'drop' if t is None else 'add' if b is None else 'redefine'} index {name}")
-        else:
-            kind = "index.drop_modify" if o is None or t is None else "index.add_add"
-            what = "dropped on one side, redefined on the other" if kind == "index.drop_modify" else \
-                "defined differently on both sides"
-            choice = decide(Conflict(kind, table, columns=tuple(sorted(set((o or t)[0]))), base=_shown(b),
-                                     ours=_shown(o), theirs=_shown(t), message=f"index {name!r} {what}"))
-            if choice is None:
-                unresolved = True
-                continue
-            chosen = {OURS: o, THEIRS: t, BASE: b}[choice]
-            if chosen != o:
-                changes.append(f"index {name} from {choice}")
-        if chosen is not None:
-            out[name] = chosen
-    return (None if unresolved else out), changes
+    def conflict(name: str, b: tuple | None, o: tuple | None, t: tuple | None) -> str | None:
+        kind = "index.drop_modify" if o is None or t is None else "index.add_add"
+        what = "dropped on one side, redefined on the other" if kind == "index.drop_modify" else \
+            "defined differently on both sides"
+        return decide(Conflict(kind, table, columns=tuple(sorted(set((o or t)[0]))), base=_shown(b), ours=_shown(o),
+                               theirs=_shown(t), message=f"index {name!r} {what}"))
+
+    merged, taken, unresolved = merge_by_name(base, ours, theirs, conflict)
+    changes = [f"index {name} from {how}" if how in (THEIRS, BASE) else
+               f"{'redefine' if how == 'change' else how} index {name}" for name, how in taken]
+    return (None if unresolved else merged), changes
 
 
 def reconcile(tx: Any, table: str, wanted: Mapping[str, tuple]) -> None:
