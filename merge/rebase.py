@@ -9,6 +9,11 @@ first — so a crash leaves it either where it was or rebased, never between, an
 ``trimerge branch reset BRANCH BRANCH@{1}`` undoes a rebase. A conflict in any replay (after
 strategies and resolutions) publishes nothing and names the commit being replayed. A temporary
 branch left by a crash is removed by the next rebase.
+
+Data checks that gate ``branch`` (:mod:`trimerge.lineage.checks`) run on the rebased result — the
+last replay, still on the temporary branch — before ``branch`` moves, as a merge's checks run
+before it publishes: a failing check raises :class:`RebaseCheckError` and nothing moves;
+``checks=False`` skips them and the reflog entry of the move says so.
 """
 
 from __future__ import annotations
@@ -19,23 +24,25 @@ from typing import Any
 import pyarrow as pa
 from ulid import ULID
 
+from trimerge.lineage.checks import CheckResult, all_checks, run_all
 from trimerge.lineage.commit import Commit
-from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError
+from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
 from trimerge.lineage.faults import crashpoint
-from trimerge.lineage.protection import refuse
+from trimerge.lineage.protection import Protection, refuse
 from trimerge.lineage.refs import Branch, now
 from trimerge.lineage.repository import Repository
 from trimerge.merge.engine import cherry_pick
-from trimerge.merge.result import Conflict, MergeConflictError, MergeResult
+from trimerge.merge.result import Conflict, MergeCheckError, MergeConflictError, MergeResult
 
-__all__ = ["REPLAY_PREFIX", "RebaseConflictError", "RebaseResult", "rebase"]
+__all__ = ["REPLAY_PREFIX", "RebaseCheckError", "RebaseConflictError", "RebaseResult", "rebase"]
 
 REPLAY_PREFIX = "rebasing/"
 
 
 @dataclass
 class RebaseResult:
-    """Outcome of :func:`rebase`: ``status`` is ``rebased``, ``up-to-date`` or ``conflicts``."""
+    """Outcome of :func:`rebase`: ``status`` is ``rebased``, ``up-to-date``, ``conflicts`` or
+    ``check_failed`` (a data check gating the branch fails on the rebased result)."""
 
     status: str
     branch: str
@@ -49,10 +56,16 @@ class RebaseResult:
     conflict_commit: str | None = None  # the commit whose replay conflicted
     replay_result: MergeResult | None = None
     dry_run: bool = False
+    checks: list[CheckResult] = field(default_factory=list)  # the checks gating the branch, run on the result
+    checks_skipped: list[str] = field(default_factory=list)  # names of gating checks checks=False skipped
 
     @property
     def has_conflicts(self) -> bool:
         return self.status == "conflicts"
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.passed]
 
     def to_json(self) -> dict[str, Any]:
         """The result as JSON (what ``--json`` prints)."""
@@ -60,7 +73,8 @@ class RebaseResult:
                 "new_tip": self.new_tip, "replayed": [{"from": a, "to": b} for a, b in self.replayed],
                 "dropped": self.dropped, "skipped_merges": self.skipped_merges,
                 "conflict_commit": self.conflict_commit, "conflicts": [c.to_json() for c in self.conflicts],
-                "dry_run": self.dry_run}
+                "dry_run": self.dry_run, "checks": [c.to_json() for c in self.checks],
+                "checks_skipped": self.checks_skipped}
 
 
 class RebaseConflictError(MergeConflictError):
@@ -75,6 +89,33 @@ class RebaseConflictError(MergeConflictError):
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+class RebaseCheckError(MergeCheckError):
+    """A data check gating the branch fails on the rebased result; the branch did not move.
+    ``result`` (and ``rebase_result``) is the :class:`RebaseResult`, with ``checks``."""
+
+    def __init__(self, result: RebaseResult):
+        failed = result.failed_checks
+        shown = "; ".join(c.describe() for c in failed[:3]) + (f"; … {len(failed) - 3} more" if len(failed) > 3 else "")
+        TrimergeError.__init__(self, f"rebase of {result.branch!r} onto {result.onto!r} fails {len(failed)} check(s): "
+                                     f"{shown}; nothing was published (fix the data, or pass checks=False)")
+        self.result: Any = result
+        self.rebase_result = result
+
+
+def _gate(repo: Repository, name: str, tip: str, enabled: bool, result: RebaseResult) -> bool:
+    """Run the checks gating branch ``name`` on commit ``tip`` (the rebased result); whether all passed."""
+    tables = repo.commit(tip).tables
+    protected = Protection(repo).names()
+    gating = [c for c in all_checks(tables) if c.gates_branch(name, protected)]
+    if not gating:
+        return True
+    if not enabled:
+        result.checks_skipped = [c.name for c in gating]
+        return True
+    result.checks = run_all(gating, lambda t: repo.open_table_version(tables[t]), tables)
+    return not result.failed_checks
 
 
 def _commits_to_replay(repo: Repository, tip: str, onto: str) -> list[Commit]:
@@ -127,15 +168,20 @@ def _sweep(repo: Repository) -> None:
 
 
 def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = None, resolutions: Any = None,
-           dry_run: bool = False, actor: str | None = None, skip_merges: bool = False) -> RebaseResult:
+           dry_run: bool = False, actor: str | None = None, skip_merges: bool = False,
+           checks: bool = True) -> RebaseResult:
     """Replay the commits of ``branch`` (default: the current branch) since its merge base with
     ``onto`` on top of ``onto``, then move ``branch`` to the last replay (all or nothing).
 
     ``strategy`` and ``resolutions`` settle conflicts as in a merge; a resolutions table may carry a
     ``commit`` column to resolve the conflicts of several replays in one run. Merge commits in the
     range are refused unless ``skip_merges``. A conflict raises :class:`RebaseConflictError` (with
-    ``dry_run`` the result has status ``conflicts``); nothing is published."""
+    ``dry_run`` the result has status ``conflicts``); nothing is published. Data checks gating
+    ``branch`` run on the rebased result before it moves: a failure raises :class:`RebaseCheckError`
+    (with ``dry_run``: status ``check_failed``); ``checks=False`` skips them."""
     repo.check_writable()
+    if not isinstance(checks, bool):
+        raise InvalidOperationError(f"checks= takes True or False, not {checks!r}")
     name = repo.default_ref(branch)
     current = repo.branches.get(name)
     refuse(repo, name, "rebasing it (rebase other branches onto it)")
@@ -185,10 +231,16 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
                 result.replayed.append((commit.id, picked.commit.id))
         new_tip = repo.refs.branch(temp).commit_id
         result.status, result.new_tip = "rebased", new_tip
+        if not _gate(repo, name, new_tip, checks, result):
+            result.status = "check_failed"
+            if dry_run:
+                return result
+            raise RebaseCheckError(result)
         if dry_run:
             return result
         crashpoint("rebase_replayed")
-        _move(repo, name, tip, new_tip, actor or repo.default_actor(), onto)
+        skipped = f" (checks skipped: {', '.join(result.checks_skipped)})" if result.checks_skipped else ""
+        _move(repo, name, tip, new_tip, actor or repo.default_actor(), onto, skipped)
         crashpoint("rebase_moved")
         return result
     finally:
@@ -198,14 +250,14 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
         repo.docs.delete(owner.key)
 
 
-def _move(repo: Repository, name: str, old: str, new: str, actor: str, onto: str) -> None:
+def _move(repo: Repository, name: str, old: str, new: str, actor: str, onto: str, note: str = "") -> None:
     """Move ``name`` from ``old`` to ``new`` under its lease; retryable error if it moved meanwhile."""
     lease = repo.lock_branch(name, f"rebase {name}")
     try:
         branch = repo.refs.branch(name)
         if branch is None or branch.commit_id != old:
             raise ConcurrentWriteError(f"branch {name!r} moved during the rebase; nothing was published; retry")
-        if repo.refs.move_branch(branch, new, actor=actor, reason=f"rebase: onto {onto}") is None:
+        if repo.refs.move_branch(branch, new, actor=actor, reason=f"rebase: onto {onto}{note}") is None:
             raise ConcurrentWriteError(f"branch {name!r} moved during the rebase; nothing was published; retry")
     finally:
         lease.release()

@@ -137,6 +137,44 @@ def test_gates_name_the_branches_a_check_gates(tmp_path):
         merge("feat", "release", repo=repo)
 
 
+def test_a_rebase_runs_the_checks_gating_the_branch_before_it_moves(tmp_path, cli):
+    repo = trimerge.Repository.init(str(tmp_path / "repo"))
+    repo.create_table("flights", flights([1, 2], [5, 10]), "id")
+    repo.checks.add("no_early", "flights", EARLY, gates=["feat"])
+    repo.branches.create("feat")
+    repo.upsert("flights", flights([3], [1]), branch="feat", message="feat: add 3")
+    repo.upsert("flights", flights([9], [-500]), message="main: an early flight")  # main is not gated
+    tips = lambda: ({b.name: b.commit_id for b in repo.branches.list()}, len(repo.reflog("feat")))  # noqa: E731
+    before = tips()  # (the replays are written, unreachable: gc reclaims them, as after a conflict)
+    with pytest.raises(MergeCheckError) as info:  # a RebaseCheckError
+        rebase("feat", "main", repo=repo)
+    err = info.value
+    assert isinstance(err, trimerge.RebaseCheckError) and err.exit_code == 1 and "\n" not in str(err)
+    r = err.rebase_result
+    assert r.status == "check_failed" and [(c.name, c.failing_rows, c.sample_keys) for c in r.checks] == \
+        [("no_early", 1, [{"id": 9}])]
+    assert tips() == before  # feat did not move; no temporary branch or ref left
+    dry = rebase("feat", "main", repo=repo, dry_run=True)
+    assert dry.status == "check_failed" and dry.to_json()["checks"][0]["failing_rows"] == 1
+    assert tips() == before
+    c = lambda *a: cli(*a, "-C", str(tmp_path / "repo"))  # noqa: E731
+    res = c("rebase", "feat", "--onto", "main", "--json")
+    assert res.exit_code == 1 and res.json()["status"] == "check_failed"
+    assert "CHECK FAILED" in c("rebase", "feat", "--onto", "main").stdout
+    assert tips() == before
+    skipped = rebase("feat", "main", repo=repo, checks=False, dry_run=True)
+    assert skipped.status == "rebased" and skipped.checks == [] and skipped.checks_skipped == ["no_early"]
+    res = c("rebase", "feat", "--onto", "main", "--no-checks")
+    assert res.exit_code == 0 and "checks skipped: no_early" in res.stdout
+    assert "checks skipped: no_early" in repo.reflog("feat")[0].reason
+    repo.update("flights", flights([9], [-5]), message="main: fix 9")
+    ok = rebase("feat", "main", repo=repo)
+    assert ok.status == "rebased" and [(c.name, c.passed) for c in ok.checks] == [("no_early", True)]
+    assert sorted(repo.read("flights", ref="feat").column("id").to_pylist()) == [1, 2, 3, 9]
+    with pytest.raises(trimerge.TrimergeError, match="checks="):
+        rebase("feat", "main", repo=repo, checks="no")
+
+
 def test_checks_merge_three_way(tmp_path):
     repo = trimerge.Repository.init(str(tmp_path / "repo"))
     repo.create_table("flights", flights([1], [5]), "id")

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
     from trimerge.merge.result import MergeBaseError as MergeBaseError, MergeConflictError as MergeConflictError
     from trimerge.merge.result import MergeCheckError as MergeCheckError
     from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
+    from trimerge.merge.rebase import RebaseCheckError as RebaseCheckError
 
 # Every error class of the API is importable from here: those of lineage/errors.py (whatever it
 # defines), and, loaded on first use (they import pyarrow or Spark helpers), the ones of other modules.
@@ -56,6 +57,7 @@ _LAZY = {
     "MergeBaseError": "trimerge.merge.result",
     "MergeCheckError": "trimerge.merge.result",
     "RebaseConflictError": "trimerge.merge.rebase",
+    "RebaseCheckError": "trimerge.merge.rebase",
     "SourceNotFoundError": "trimerge.lineage.importing",
     "SparkUnavailableError": "trimerge.diff.spark",
     "TrimergeNamespace": "trimerge.lineage.namespace",

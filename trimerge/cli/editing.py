@@ -69,23 +69,26 @@ def table_restore(obj: Context, name: str, ref: str, branch: str | None, message
               help="Resolutions (the conflicts table filled in; a 'commit' column names the replay).")
 @click.option("--skip-merges", is_flag=True, help="Leave merge commits of the range out instead of refusing.")
 @click.option("--dry-run", is_flag=True, help="Build every replay, move nothing.")
+@click.option("--no-checks", "no_checks", is_flag=True, default=False,
+              help="Skip the data checks that gate BRANCH (the reflog entry of the move records it).")
 @click.option("--actor", default=None)
 @common
-def rebase_cmd(obj: Context, branch_name, onto, strategy, resolve_file, skip_merges, dry_run, actor) -> None:
+def rebase_cmd(obj: Context, branch_name, onto, strategy, resolve_file, skip_merges, dry_run, no_checks, actor) -> None:
     """Replay BRANCH's commits (default: the current branch) on top of --onto, then move BRANCH once.
 
-    Exit 0 rebased or up to date, 1 conflicts (nothing published), 2 bad input, 3 lost a race."""
+    Exit 0 rebased or up to date, 1 conflicts or a failing data check (nothing published), 2 bad
+    input, 3 lost a race."""
     from trimerge.lineage.errors import InvalidOperationError
     from trimerge.merge import rebase
-    from trimerge.merge.rebase import RebaseConflictError
+    from trimerge.merge.rebase import RebaseCheckError, RebaseConflictError
     from trimerge.merge.resolutions import read_table
 
     repo = obj.repo()
     try:
         resolutions = read_table(resolve_file) if resolve_file else None
         r = rebase(branch_name, onto, repo=repo, strategy=parse_strategy(strategy), resolutions=resolutions,
-                   dry_run=dry_run, actor=actor, skip_merges=skip_merges)
-    except RebaseConflictError as exc:
+                   dry_run=dry_run, actor=actor, skip_merges=skip_merges, checks=not no_checks)
+    except (RebaseConflictError, RebaseCheckError) as exc:
         r = exc.rebase_result
     except InvalidOperationError as exc:
         fail(str(exc).replace("skip_merges=True", "--skip-merges").replace("strategy=", "--strategy")
@@ -103,6 +106,13 @@ def rebase_cmd(obj: Context, branch_name, onto, strategy, resolve_file, skip_mer
             click.echo(f"{len(r.conflicts)} conflict(s); nothing published" if not dry_run
                        else f"dry run: {len(r.conflicts)} conflict(s)")
             return
+        for c in r.checks:
+            click.echo(f"{'CHECK FAILED' if not c.passed else 'check passed'} {c.describe()}")
+        if r.status == "check_failed":
+            click.echo(f"{len(r.failed_checks)} check(s) failed; " + ("nothing published" if not dry_run else "dry run"))
+            return
+        if r.checks_skipped:
+            click.echo(f"checks skipped: {', '.join(r.checks_skipped)}")
         verb = "dry run: would rebase" if dry_run else "Rebased"
         click.echo(f"{verb} {r.branch} onto {onto}: {len(r.replayed)} commit(s) replayed"
                    + (f", {len(r.dropped)} already there" if r.dropped else "")
@@ -111,7 +121,7 @@ def rebase_cmd(obj: Context, branch_name, onto, strategy, resolve_file, skip_mer
                                          f"{r.branch} {r.branch}@{{1}})"))
 
     emit(obj, r.to_json(), text)
-    if r.status == "conflicts":
+    if r.status in ("conflicts", "check_failed"):
         sys.exit(EXIT_NO)
 
 
