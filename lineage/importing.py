@@ -15,7 +15,7 @@ source inside the repository or on another kind of store is refused (:func:`chec
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.errors import (InvalidOperationError, NotFoundError, PrimaryKeyError, TrimergeError,
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 KEY_BATCH_ROWS = 1 << 20  # key rows read per batch
 EXAMPLES = 3  # duplicate keys shown in the error
+#: ``progress(name, event)``, as diff's and merge's (see :meth:`Transaction.import_table`).
+Progress = Callable[[str, str], None]
 
 
 class SourceNotFoundError(NotFoundError):
@@ -55,9 +57,11 @@ def source_uri(source: Any) -> str:
 
 
 def open_source(source: str, primary_key: tuple[str, ...], *, version: int | None,
-                storage_options: Mapping[str, str] | None) -> "lance.LanceDataset":
+                storage_options: Mapping[str, str] | None, progress: Progress | None = None,
+                name: str = "") -> "lance.LanceDataset":
     """The source dataset at ``version`` (None: latest), checked to be importable with
-    ``primary_key``. Reads the manifest and the key columns only; writes nothing."""
+    ``primary_key``. Reads the manifest and the key columns only; writes nothing. ``progress``
+    hears ``(name, "keys")`` after each batch of key rows checked (see :func:`check_keys`)."""
     import lance
 
     uri = source_uri(source)
@@ -78,7 +82,7 @@ def open_source(source: str, primary_key: tuple[str, ...], *, version: int | Non
             raise SourceNotFoundError(f"import source {source}: no version {version} (latest is {ds.version})") \
                 from None
     check_source_schema(ds.schema, primary_key, source)
-    check_keys(ds, primary_key, source)
+    check_keys(ds, primary_key, source, progress=progress, name=name)
     return ds
 
 
@@ -92,15 +96,19 @@ def check_source_schema(schema: Any, primary_key: Sequence[str], source: str) ->
     tbl.schema_with_primary_key(schema, primary_key)  # refuses float and nested key columns
 
 
-def check_keys(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str) -> None:
+def check_keys(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str, *,
+               progress: Progress | None = None, name: str = "") -> None:
     """No null and no duplicate key, from a scan of the key columns only (memory: the key columns).
     Keys stored in increasing order (the usual case) are checked as they stream by; others through
-    sorted key hashes (polars' group-by took ~9 s on 6M two-column keys on 2 cores; this ~1 s)."""
+    sorted key hashes (polars' group-by took ~9 s on 6M two-column keys on 2 cores; this ~1 s).
+    ``progress(name, "keys")`` follows each batch read (at most :data:`KEY_BATCH_ROWS` rows), and
+    ``progress(name, "duplicates")`` precedes the hash check of keys not stored in order."""
     import numpy as np
     import polars as pl
 
     pk = list(primary_key)
-    frames, increasing, last = [], True, None
+    frames: list[Any] = []
+    increasing, last = True, None
     for batch in ds.to_batches(columns=pk, batch_size=KEY_BATCH_ROWS):
         for k in pk:
             if batch.column(k).null_count:
@@ -112,8 +120,12 @@ def check_keys(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str
         if increasing:
             increasing = _increasing(frame if last is None else pl.concat([last, frame]), pk)
             last = frame.tail(1)
+        if progress is not None:
+            progress(name, "keys")
     if increasing or sum(f.height for f in frames) < 2:
         return
+    if progress is not None:
+        progress(name, "duplicates")
     # Hash every key, sort the hashes (one numpy column: fast), then compare the few keys whose
     # hashes repeat exactly (a hash collision is not a duplicate). No hash-based unique/group-by
     # over all keys: numpy's and polars' took seconds per million keys on 2 cores.

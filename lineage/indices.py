@@ -36,6 +36,9 @@ KEY_INDEX = "trimerge_key_idx"
 #: Default share of a table's rows that may sit outside an index before a write refreshes it.
 DEFAULT_REFRESH_THRESHOLD = 0.10
 METRICS = ("l2", "cosine", "dot", "hamming")
+#: ``progress(table, event)``, as diff's and merge's: ``start``, Lance's build stages as they begin
+#: (``train_ivf``, ``shuffle``, ``load_data``…: they vary with the index kind and Lance's version), ``done``.
+Progress = Callable[[str, str], None]
 
 
 def lance_indices(ds: "lance.LanceDataset") -> list[dict[str, Any]]:
@@ -205,9 +208,22 @@ def lance_arguments(spec: IndexSpec, ds: "lance.LanceDataset") -> dict[str, Any]
     return args
 
 
-def build(ds: "lance.LanceDataset", spec: IndexSpec) -> None:
-    """Create (or with ``replace`` rebuild) the index on ``ds`` (a writable head): one Lance version."""
-    args = lance_arguments(spec, ds)
+def lance_progress(progress: Progress | None, table: str) -> dict[str, Any]:
+    """Lance's ``progress_callback`` argument telling ``progress`` each build stage as it begins."""
+    if progress is None:
+        return {}
+
+    def heard(event: Any) -> None:
+        if getattr(event, "event", None) == "start":
+            progress(table, str(event.stage))
+
+    return {"progress_callback": heard}
+
+
+def build(ds: "lance.LanceDataset", spec: IndexSpec, progress: Progress | None = None, table: str = "") -> None:
+    """Create (or with ``replace`` rebuild) the index on ``ds`` (a writable head): one Lance version.
+    ``progress(table, stage)`` hears Lance's build stages as they begin."""
+    args = {**lance_arguments(spec, ds), **lance_progress(progress, table)}
     try:
         if spec.kind in VECTOR_KINDS:
             ds.create_index(spec.column, spec.kind, name=spec.name, replace=spec.replace, **args)
@@ -235,10 +251,15 @@ class TableWriter(Protocol):
                     row_level: bool = True) -> None: ...
 
 
-def create(tx: TableWriter, table: str, spec: IndexSpec) -> None:
-    """Build ``spec`` on ``table`` in transaction ``tx`` and record its definition."""
-    tx.write_table(table, f"create index {spec.name} on {table}", lambda head: build(head, spec))
+def create(tx: TableWriter, table: str, spec: IndexSpec, progress: Progress | None = None) -> None:
+    """Build ``spec`` on ``table`` in transaction ``tx`` and record its definition; ``progress``
+    hears ``(table, "start")``, Lance's build stages and ``(table, "done")``."""
+    if progress is not None:
+        progress(table, "start")
+    tx.write_table(table, f"create index {spec.name} on {table}", lambda head: build(head, spec, progress, table))
     tx.set_index_params(table, record(tx.table_version(table).index_params, spec))
+    if progress is not None:
+        progress(table, "done")
 
 
 def around_column_rewrite(tx: TableWriter, table: str, column: str, op: str,
@@ -314,9 +335,9 @@ def stale(ds: "lance.LanceDataset", threshold: float) -> bool:
     return False
 
 
-def optimize(ds: "lance.LanceDataset") -> None:
-    """Add unindexed fragments to every index of ``ds`` (no retraining)."""
-    ds.optimize.optimize_indices()
+def optimize(ds: "lance.LanceDataset", progress: Progress | None = None, table: str = "") -> None:
+    """Add unindexed fragments to every index of ``ds`` (no retraining); ``progress`` as in :func:`build`."""
+    ds.optimize.optimize_indices(**lance_progress(progress, table))
 
 
 def record(params: tuple[tuple[str, str], ...], spec: IndexSpec | None, *, drop_name: str | None = None,

@@ -9,7 +9,7 @@ it, and keeps the facade's own module about opening, refs, history and reads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.lazyimport import lazy_module
@@ -149,10 +149,11 @@ class TableWrites:
     # ------------------------------------------------------------------ indices, search, import
     def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
                      branch: str | None = None, actor: str | None = None, message: str | None = None,
-                     **params: Any) -> Commit:
-        """Build a Lance index on ``column`` as one commit (see :meth:`Transaction.create_index`)."""
+                     progress: Callable[[str, str], None] | None = None, **params: Any) -> Commit:
+        """Build a Lance index on ``column`` as one commit (see :meth:`Transaction.create_index`,
+        also for ``progress``)."""
         with self.transaction(branch, actor=actor, message=message or f"Create {kind} index on {table}.{column}") as tx:
-            tx.create_index(table, column, kind, name=name, replace=replace, **params)
+            tx.create_index(table, column, kind, name=name, replace=replace, progress=progress, **params)
         return tx.commit
 
     def drop_index(self, table: str, name: str, *, branch: str | None = None, actor: str | None = None,
@@ -162,10 +163,11 @@ class TableWrites:
                            branch=branch, actor=actor, message=message)
 
     def optimize_indices(self, table: str, *, branch: str | None = None, actor: str | None = None,
-                         message: str | None = None) -> Commit | None:
+                         message: str | None = None,
+                         progress: Callable[[str, str], None] | None = None) -> Commit | None:
         """Add the rows written since the last build to a table's indices (no retraining); None if
-        every row is indexed already."""
-        return self._write("optimize_indices", f"Optimize indices of {table}", table,
+        every row is indexed already. ``progress`` as :meth:`Transaction.optimize_indices` has it."""
+        return self._write("optimize_indices", f"Optimize indices of {table}", table, progress,
                            branch=branch, actor=actor, message=message)
 
     def indices(self, table: str, ref: str | None = None) -> list[indices_module.IndexInfo]:
@@ -191,10 +193,13 @@ class TableWrites:
 
     def import_table(self, name: str, source: str, primary_key: str | Sequence[str], *, version: int | None = None,
                      storage_options: Mapping[str, str] | None = None, branch: str | None = None,
-                     actor: str | None = None, message: str | None = None) -> Commit:
+                     actor: str | None = None, message: str | None = None,
+                     progress: Callable[[str, str], None] | None = None) -> Commit:
         """Bring an existing Lance dataset in as table ``name`` without copying its data files
-        (Lance shallow clone); the source is never written to or deleted from."""
+        (Lance shallow clone); the source is never written to or deleted from. ``progress`` as
+        :meth:`Transaction.import_table` has it (the key check is the long step)."""
         with self.transaction(branch, actor=actor, message=message or f"Import {source} as {name}") as tx:
-            tx.import_table(name, source, primary_key, version=version, storage_options=storage_options)
+            tx.import_table(name, source, primary_key, version=version, storage_options=storage_options,
+                            progress=progress)
         return tx.commit
 

@@ -239,22 +239,33 @@ class Transaction(FragmentWrites):
         self._written(name, ds.version)
 
     def import_table(self, name: str, source: str, primary_key: str | Sequence[str], *, version: int | None = None,
-                     storage_options: Mapping[str, str] | None = None) -> None:
+                     storage_options: Mapping[str, str] | None = None,
+                     progress: Callable[[str, str], None] | None = None) -> None:
         """Add table ``name`` referencing an existing Lance dataset's data files without copying
-        them (see :mod:`trimerge.lineage.importing`); the source is checked before any effect."""
+        them (see :mod:`trimerge.lineage.importing`); the source is checked before any effect.
+        ``progress`` (the shape of ``diff(progress=)``) hears ``(name, "start")``, ``(name, "keys")``
+        after each batch of up to 1,048,576 key rows checked, ``(name, "duplicates")`` before the
+        duplicate check of keys not stored in order, ``(name, "clone")`` and ``(name, "done")``."""
         from trimerge.lineage import importing
 
         pk = self._new_table(name, primary_key, "import")
         if storage_options is None and importing.same_store(source, self.repo.table_store):
             storage_options = self.repo.table_store.options
-        source_ds = importing.open_source(source, pk, version=version, storage_options=storage_options)
+        if progress is not None:
+            progress(name, "start")
+        source_ds = importing.open_source(source, pk, version=version, storage_options=storage_options,
+                                          progress=progress, name=name)
         dataset = f"{name}-{str(ULID()).lower()}"
+        if progress is not None:
+            progress(name, "clone")
         self._touch((dataset, "main"), created_dataset=True)
         ds = importing.clone(source_ds, pk, self.repo.table_store, dataset)
         self._tables[name] = TableVersion(dataset, "main", ds.version, self._branch.id, pk, delta_since=ds.version)
         self._ops.append(f"import {name}")
         self._written(name, ds.version)
         self._heads.pop(name, None)  # no upkeep: an import writes nothing but the clone's manifest
+        if progress is not None:
+            progress(name, "done")
 
     def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
         tv = self._table(name)
@@ -463,25 +474,34 @@ class Transaction(FragmentWrites):
         self.optimize_indices(name)
 
     def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
-                     **params: Any) -> None:
+                     progress: Callable[[str, str], None] | None = None, **params: Any) -> None:
         """Build a Lance index on ``column``: ``kind`` is a Lance index type (vector ``IVF_PQ``,
         ``IVF_HNSW_SQ``, ``IVF_FLAT``; scalar ``BTREE``, ``BITMAP``, ``LABEL_LIST``; full text
         ``INVERTED``), ``params`` go to Lance (``num_partitions=``, ``metric=``, ...) and are checked
-        before any effect. ``name`` defaults to ``<column>_idx``; ``replace`` rebuilds an existing one."""
+        before any effect. ``name`` defaults to ``<column>_idx``; ``replace`` rebuilds an existing one.
+        ``progress`` (the shape of ``diff(progress=)``) hears ``(table, "start")``, Lance's build
+        stages as they begin (``(table, "train_ivf")``, ``"shuffle"``, ``"load_data"``…: they vary
+        with the kind and Lance's version) and ``(table, "done")``."""
         self._require_open()
         indices.create(self, table, indices.checked_spec(self.dataset(table), table, column, kind, name=name,
-                                                         replace=replace, params=params))
+                                                         replace=replace, params=params), progress)
 
     def drop_index(self, table: str, name: str) -> None:
         """Drop the index ``name`` of ``table``."""
         self._require_open()
         indices.drop(self, table, name)
 
-    def optimize_indices(self, table: str) -> None:
-        """Add the rows written since the indices of ``table`` were built to them (no retraining)."""
+    def optimize_indices(self, table: str, progress: Callable[[str, str], None] | None = None) -> None:
+        """Add the rows written since the indices of ``table`` were built to them (no retraining).
+        ``progress`` hears ``(table, "start")``, Lance's stages if it reports any, ``(table, "done")``."""
         self._require_open()
+        if progress is not None:
+            progress(table, "start")
         if indices.stale(self.dataset(table), 0.0):
-            self.write_table(table, f"optimize indices of {table}", indices.optimize)
+            self.write_table(table, f"optimize indices of {table}",
+                             lambda ds: indices.optimize(ds, progress, table))
+        if progress is not None:
+            progress(table, "done")
 
     # -- the narrow interface of index and upkeep operations (trimerge.lineage.indices.TableWriter)
     def dataset(self, table: str) -> "lance.LanceDataset":

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,15 +24,18 @@ from trimerge.cli.app import (
 
 
 class DelayedProgress:
-    """A rich progress bar on stderr that appears only once work has run for ``delay`` seconds."""
+    """A rich progress bar on stderr that appears only once work has run for ``delay`` seconds.
+    Called as ``progress=`` callbacks are, ``(item, stage)``; ``done`` and ``published`` stages
+    count towards ``total``. With ``total=None`` (steps not known ahead: an import's key batches,
+    an index's build stages) the bar pulses and its label names the item and the current stage."""
 
-    def __init__(self, total: int, description: str, delay: float = 1.0, enabled: bool = True):
+    def __init__(self, total: int | None, description: str, delay: float = 1.0, enabled: bool = True):
         import time
 
         self.total, self.description, self.delay, self.enabled = total, description, delay, enabled
         self.started = time.monotonic()
-        self._progress = None
-        self._task = None
+        self._progress: Any = None
+        self._task: Any = None
         self.done = 0
 
     def __call__(self, item: str, stage: str) -> None:
@@ -45,16 +49,26 @@ class DelayedProgress:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            counted = [] if self.total is None else [TextColumn("{task.completed}/{task.total}")]
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), *counted,
                                       TimeElapsedColumn(), console=Console(stderr=True), transient=True)
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=self.total, completed=self.done)
         if self._progress is not None:
-            self._progress.update(self._task, completed=self.done, description=f"{self.description} {item}")
+            label = f"{self.description} {item}" if self.total is not None else f"{self.description} {item}: {stage}"
+            self._progress.update(self._task, completed=self.done, description=label)
 
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def watched_bar(obj: Context, total: int | None, description: str) -> DelayedProgress | None:
+    """A :class:`DelayedProgress` when a person watches (the ``merge``, ``table import`` and
+    ``index create`` bar): None with --json, or when stdout or stderr is not a terminal."""
+    if obj.json or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    return DelayedProgress(total, description)
 
 
 DIFF_FORMATS = ("table", "json", "jsonl", "csv", "parquet", "lance")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from trimerge.cli.app import Context, common, emit, write_options
+from trimerge.cli.diffs import watched_bar
 from trimerge.cli.tables import table
 
 
@@ -30,8 +31,13 @@ def table_import(obj: Context, name: str, uri: str, keys: tuple[str, ...], sourc
     store = repo.table_store
     same_store = "://" in uri and uri.split("://", 1)[0].lower() == store.location.scheme
     options = dict(store.options) if same_store and store.options else None
-    commit = repo.import_table(name, uri, primary_key, version=source_version, storage_options=options,
-                               branch=branch, actor=actor, message=message)
+    bar = watched_bar(obj, None, "import")  # key batches: as many as the source has rows / 2**20
+    try:
+        commit = repo.import_table(name, uri, primary_key, version=source_version, storage_options=options,
+                                   branch=branch, actor=actor, message=message, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     tv = commit.tables[name]
     emit(obj, {**commit.summary(), "table": name, "dataset": tv.dataset, "source": uri,
                "source_version": source_version},

@@ -7,6 +7,7 @@ import json
 import click
 
 from trimerge.cli.app import Context, cli, common, emit, fail, published, write_options
+from trimerge.cli.diffs import watched_bar
 
 
 @cli.group()
@@ -39,12 +40,18 @@ def index_create(obj: Context, table_name: str, column: str, kind: str, name, re
                  actor) -> None:
     """Build an index on TABLE.COLUMN as one commit."""
     given = dict(_param(p) for p in params)
-    reserved = [k for k in given if k in ("branch", "actor", "message", "name", "replace")]
+    reserved = [k for k in given if k in ("branch", "actor", "message", "name", "replace", "progress")]
     if reserved:
-        fail(f"--param {reserved[0]} is not a Lance parameter (use the option of that name)")
+        fail(f"--param {reserved[0]} is not a Lance parameter"
+             + (" (use the option of that name)" if reserved[0] != "progress" else ""))
     repo = obj.repo()
-    commit = repo.create_index(table_name, column, kind, name=name, replace=replace, branch=branch, actor=actor,
-                               message=message, **given)
+    bar = watched_bar(obj, None, "index")  # Lance's build stages, not known ahead
+    try:
+        commit = repo.create_index(table_name, column, kind, name=name, replace=replace, branch=branch, actor=actor,
+                                   message=message, progress=bar, **given)
+    finally:
+        if bar is not None:
+            bar.close()
     published(obj, repo, commit, "index create")
 
 
@@ -86,7 +93,12 @@ def index_drop(obj: Context, table_name: str, name: str, branch, message, actor)
 def index_optimize(obj: Context, table_name: str, branch, message, actor) -> None:
     """Add rows written since the last build to TABLE's indices (no retraining)."""
     repo = obj.repo()
-    commit = repo.optimize_indices(table_name, branch=branch, actor=actor, message=message)
+    bar = watched_bar(obj, None, "index optimize")
+    try:
+        commit = repo.optimize_indices(table_name, branch=branch, actor=actor, message=message, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     published(obj, repo, commit, "index optimize")
 
 
