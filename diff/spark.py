@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import warnings
+import weakref
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -42,8 +43,43 @@ ROWS_PER_TASK = 1_000_000  # fragment slice size
 IDS_PER_TASK = 200_000
 
 
+#: Planned rows up to which trimerge's own Spark work runs as one job per action (see
+#: :func:`small_jobs`); above, the session's settings apply unchanged.
+SMALL_ROWS = 2_000_000
+ROWS_PER_PARTITION = 250_000  # shuffle partitions of a small job: one per this many planned rows
+
+
 class SparkUnavailableError(TrimergeError):
     """PySpark or Java is missing, or no Spark session could be started."""
+
+
+@contextmanager
+def small_jobs(spark: Any, rows: int) -> Iterator[None]:
+    """Plan and run the frames made inside as few Spark jobs as the work allows when ``rows``
+    (planned candidate rows) is small: adaptive execution off (it submits every shuffle stage as
+    a job of its own and re-plans between them), broadcast joins off (collecting the small side is
+    a job too) and one shuffle partition per :data:`ROWS_PER_PARTITION` planned rows (at most the
+    session's own number). A diff or merge of a few rows then costs a handful of jobs, not ~20.
+    Persisted frames keep the plan they were made with. The session's settings are restored on
+    exit; above :data:`SMALL_ROWS` nothing changes."""
+    if rows > SMALL_ROWS:
+        yield
+        return
+    conf = spark.conf
+    partitions = max(1, min(-(-rows // ROWS_PER_PARTITION), int(conf.get("spark.sql.shuffle.partitions"))))
+    tuned = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1",
+             "spark.sql.shuffle.partitions": str(partitions)}
+    saved = {k: conf.get(k, None) for k in tuned}
+    for k, v in tuned.items():
+        conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                conf.unset(k)
+            else:
+                conf.set(k, v)
 
 
 
@@ -187,8 +223,10 @@ def pinned(td: "TableDiff") -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------ execution
-def _side_frame(spark, tasks: list[dict], schema: pa.Schema):
-    """A DataFrame of one side's candidate rows, read by executors (one task per partition)."""
+def _side_frame(spark, tasks: list[dict], schema: pa.Schema, rows: int = SMALL_ROWS + 1):
+    """A DataFrame of one side's candidate rows, read by executors: one task per partition, or
+    for a small diff (``rows`` planned rows, :func:`small_jobs`) one partition per
+    :data:`ROWS_PER_PARTITION` rows reading its tasks in turn (each task costs a Python worker's turn)."""
     from pyspark import cloudpickle
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -200,7 +238,9 @@ def _side_frame(spark, tasks: list[dict], schema: pa.Schema):
     texts = [(json.dumps(t),) for t in tasks]
     if not texts:
         return spark.createDataFrame([], spark_schema)
-    frame = spark.createDataFrame(texts, "task string").repartition(len(texts))
+    slices = len(texts) if rows > SMALL_ROWS else max(1, min(len(texts), -(-rows // ROWS_PER_PARTITION)))
+    # parallelize: the tasks reach their partitions without a shuffle
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(texts, slices), "task string")
     reader = spark_tasks.make_reader(columns, schema.serialize().to_pybytes())
     return frame.mapInArrow(reader, spark_schema)
 
@@ -235,8 +275,9 @@ def spark_frame(td: "TableDiff", spark, row_ids: bool = False) -> Any:
     acols = [c for c in a_schema.names if c not in key]
     if row_ids:  # stable row ids stay below 2**63: a long holds them
         b_schema, a_schema = (s.append(pa.field(ROW_ID, pa.int64())) for s in (b_schema, a_schema))
-    bdf = _side_frame(spark, before_tasks, b_schema)
-    adf = _side_frame(spark, after_tasks, a_schema)
+    rows = td.candidate_plan.estimated_rows
+    bdf = _side_frame(spark, before_tasks, b_schema, rows)
+    adf = _side_frame(spark, after_tasks, a_schema, rows)
     ids_b = [F.col(ROW_ID).alias("__rid_b")] if row_ids else []
     ids_a = [F.col(ROW_ID).alias("__rid_a")] if row_ids else []
     bdf = bdf.select(*key, *[F.col(f"`{c}`").alias(f"b__{c}") for c in bcols], *ids_b, F.lit(True).alias("__in_b"))
@@ -267,8 +308,6 @@ def changes(td: "TableDiff", spark) -> Any:
     needs them and then kept on the executors' disks, so counting, collecting and merging read the
     tables once. Freed by :func:`release`, or when the diff is garbage."""
     if td.spark_changes is None:
-        import weakref
-
         from pyspark import StorageLevel
 
         td.spark_changes = spark_frame(td, spark, row_ids=True).persist(StorageLevel.DISK_ONLY)
@@ -288,20 +327,44 @@ def release(td: "TableDiff") -> None:
         td.spark_changes = None
 
 
+_COUNTED: "weakref.WeakKeyDictionary[TableDiff, dict[str, tuple[int, int]]]" = weakref.WeakKeyDictionary()
+
+
 def spark_counts(td: "TableDiff", spark) -> dict[str, tuple[int, int]]:
     """Per kind of change: (rows, changed cells), counted on Spark without collecting rows."""
+    if td not in _COUNTED:
+        count_together([td], spark)
+    return _COUNTED.pop(td)
+
+
+def count_together(tds: "list[TableDiff]", spark) -> None:
+    """Count the changes of several Spark diffs in one job (a merge needs both of a table's diffs:
+    counted apart they cost a job each). Each diff's changed rows are persisted by the same pass
+    (:func:`changes`); :func:`spark_counts` then answers from what was counted here."""
     from pyspark.sql import functions as F
 
-    with pinned(td):
-        counted = changes(td, spark).groupBy("change").agg(F.count(F.lit(1)).alias("rows"),
-                                                          F.sum(F.size("changed_columns")).alias("cells")).collect()
-    return {r["change"]: (int(r["rows"]), int(r["cells"] or 0)) for r in counted}
+    tds = [td for td in tds if td not in _COUNTED]
+    if not tds:
+        return
+    with contextlib.ExitStack() as stack:
+        for td in tds:
+            stack.enter_context(pinned(td))
+        stack.enter_context(small_jobs(spark, sum(td.candidate_plan.estimated_rows for td in tds)))
+        frames = [changes(td, spark).groupBy("change").agg(F.count(F.lit(1)).alias("rows"),
+                                                          F.sum(F.size("changed_columns")).alias("cells"))
+                  .withColumn("side", F.lit(i)) for i, td in enumerate(tds)]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        counted = union.collect()
+    for i, td in enumerate(tds):
+        _COUNTED[td] = {r["change"]: (int(r["rows"]), int(r["cells"] or 0)) for r in counted if r["side"] == i}
 
 
 def spark_rows(td: "TableDiff", spark, schema: pa.Schema) -> pa.Table:
     """Run the table's diff on Spark and collect it as Arrow in ``schema`` (the local engine's, with
     or without the row id columns)."""
-    with pinned(td):
+    with pinned(td), small_jobs(spark, td.candidate_plan.estimated_rows):
         table = changes(td, spark).toArrow()
     if table.num_rows == 0:
         return schema.empty_table()

@@ -186,6 +186,7 @@ class SparkFold:
         self.rows = 0  # new row images
         self.replaced = 0  # dest rows they replace or delete
         self._out: Any = None
+        self._planned = 0  # planned rows of both diffs (diff.spark.small_jobs)
         self._pins = contextlib.ExitStack()
 
     @property
@@ -195,13 +196,20 @@ class SparkFold:
     def run(self, plan: "TablePlan", report: Callable[["Conflict"], None], max_conflicts: int | None) -> None:
         """Fold every changed key; add the statistics to ``plan`` and up to ``max_conflicts``
         conflicts to ``report`` (all of them: None)."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        from trimerge.diff.spark import changes, pinned
+        from trimerge.diff.spark import pinned, small_jobs
 
         for td in (self.ours, self.theirs):
             self._pins.enter_context(pinned(td))
+        self._planned = self.ours.candidate_plan.estimated_rows + self.theirs.candidate_plan.estimated_rows
+        with small_jobs(self.spark, self._planned):  # the diffs' frames, the fold and its collects
+            self._fold(plan, report, max_conflicts)
+
+    def _fold(self, plan: "TablePlan", report: Callable[["Conflict"], None], max_conflicts: int | None) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from trimerge.diff.spark import changes
+
         estimate = max(self.ours.candidate_plan.estimated_rows, self.theirs.candidate_plan.estimated_rows)
         buckets = max(2 * self.spark.sparkContext.defaultParallelism, math.ceil(estimate / BUCKET_ROWS))
         bucket = F.pmod(F.xxhash64(*[F.col(_quoted(k)) for k in self.key]), F.lit(buckets)).alias("\x01bucket")
@@ -211,8 +219,17 @@ class SparkFold:
                              [td.rows_with_row_ids_schema() for td in (self.ours, self.theirs)]))
         out = grouped[0].cogroup(grouped[1]).applyInArrow(fold_buckets(spec), RECORDS)
         self._out = out.persist(StorageLevel.DISK_ONLY)
+        # Conflicts come back in the same job as the statistics when all of them fit in what the
+        # caller asked for (conflicts <= changed keys <= planned rows); otherwise a second job
+        # takes the first max_conflicts.
+        together = max_conflicts != 0 and (max_conflicts is None or self._planned <= max_conflicts)
+        kinds = ["stats", "conflict"] if together else ["stats"]
+        records = self._out.filter(F.col("kind").isin(kinds)).collect()
+        found = [r for r in records if r["kind"] == "conflict"]
         used: set[tuple] = set()
-        for r in self._out.filter(F.col("kind") == "stats").collect():
+        for r in records:
+            if r["kind"] != "stats":
+                continue
             s = json.loads(r["data"])
             for field in ("rows_from_source", "converged", "cells_merged", "conflicts", "resolved"):
                 setattr(plan.stats, field, getattr(plan.stats, field) + s[field])
@@ -222,15 +239,20 @@ class SparkFold:
             self.resolver.resolutions.applied += s["applied"]
         self.resolver.resolutions.mark_used(used)
         if plan.stats.conflicts and max_conflicts != 0:
-            found = self._out.filter(F.col("kind") == "conflict")
-            for r in (found.limit(max_conflicts) if max_conflicts is not None else found).collect():
+            if not together:
+                found = self._out.filter(F.col("kind") == "conflict").limit(max_conflicts).collect()
+            for r in found[:max_conflicts]:
                 report(pickle.loads(r["data"]))
 
     def conflicts(self) -> Iterator["Conflict"]:
         """Every conflict of the fold, streamed a partition at a time."""
         from pyspark.sql import functions as F
 
-        for r in self._out.filter(F.col("kind") == "conflict").toLocalIterator():
+        from trimerge.diff.spark import small_jobs
+
+        with small_jobs(self.spark, self._planned):  # planned here; its jobs run as rows are read
+            found = self._out.filter(F.col("kind") == "conflict").toLocalIterator()
+        for r in found:
             yield pickle.loads(r["data"])
 
     def write(self, tx: Any, name: str) -> None:
@@ -238,6 +260,7 @@ class SparkFold:
         executors, one commit from here."""
         from pyspark.sql import functions as F
 
+        from trimerge.diff.spark import small_jobs
         from trimerge.lineage.fragments import fragments_from_json
 
         if not self.writes:
@@ -249,7 +272,9 @@ class SparkFold:
                                                                              "fragment long, offsets binary")
                    .groupBy("fragment").applyInArrow(delete_rows(spec), RECORDS))
         new, updated, removed = [], [], []
-        for r in written.unionByName(deleted).collect():
+        with small_jobs(self.spark, self._planned):
+            out = written.unionByName(deleted).collect()
+        for r in out:
             text = bytes(r["data"]).decode()
             {"new": new, "updated": updated, "removed": removed}[r["kind"]].append(text)
         tx.commit_fragments(name, target, new=fragments_from_json(new), updated=fragments_from_json(updated),
