@@ -27,6 +27,7 @@ Backends:
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import errno
 import hashlib
@@ -66,9 +67,9 @@ class Backend(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def children(self, prefix: str) -> list[str]: ...
+    def children(self, prefix: str) -> builtins.list[str]: ...
 
-    def folders(self, prefix: str) -> list[str]: ...
+    def folders(self, prefix: str) -> builtins.list[str]: ...
 
     def keys_below(self, prefix: str) -> Iterator[str]: ...
 
@@ -182,13 +183,13 @@ class LocalBackend:
         with suppress(FileNotFoundError):
             self._path(key).unlink()
 
-    def children(self, prefix: str) -> list[str]:
+    def children(self, prefix: str) -> builtins.list[str]:
         try:
             return sorted(n for n in os.listdir(self._path(prefix)) if not n.startswith(TEMP_PREFIX))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         """Real subfolders only: a symlink is never a folder of ours."""
         base = self._path(prefix)
         return [n for n in self.children(prefix) if (base / n).is_dir() and not (base / n).is_symlink()]
@@ -213,7 +214,7 @@ class LocalBackend:
                     total += os.path.getsize(os.path.join(dirpath, f))
         return total
 
-    def stale_temp_files(self, older_than: float = 60.0) -> list[str]:
+    def stale_temp_files(self, older_than: float = 60.0) -> builtins.list[str]:
         """Leftovers of interrupted writes (old enough that no live writer owns them)."""
         cutoff = time.time() - older_than
         out = []
@@ -344,13 +345,13 @@ class ObjectStoreBackend:
         with suppress(*_ABSENT), self._errors("cannot delete", key):
             obstore.delete(self.store, key)
 
-    def children(self, prefix: str) -> list[str]:
+    def children(self, prefix: str) -> builtins.list[str]:
         listing = self._listing(prefix)
         names = {p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]}
         names |= {o["path"].rsplit("/", 1)[-1] for o in listing["objects"]}
         return sorted(names)
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in self._listing(prefix)["common_prefixes"]})
 
     def _walk(self, prefix: str) -> Iterator[dict]:
@@ -441,12 +442,12 @@ class MemoryBackend:
         with self._mutex:
             self.objects.pop(key, None)
 
-    def children(self, prefix: str) -> list[str]:
+    def children(self, prefix: str) -> builtins.list[str]:
         head = prefix.rstrip("/") + "/"
         with self._mutex:
             return sorted({k[len(head):].split("/", 1)[0] for k in self.objects if k.startswith(head)})
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         head = prefix.rstrip("/") + "/"
         with self._mutex:
             return sorted({k[len(head):].split("/", 1)[0] for k in self.objects

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING
 
 from ulid import ULID
@@ -57,7 +58,7 @@ class BranchManager:
         """Allow direct writes to branch ``name`` again; recorded with actor and time."""
         return Protection(self.repo).change(name, False, actor)
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         return [b.name for b in self.list()]
 
     def create(self, name: str, from_ref: str | None = None) -> Branch:
@@ -126,7 +127,7 @@ class BranchManager:
 
         return reset(self.repo, name, ref, actor=actor, dry_run=dry_run)
 
-    def children(self, name: str) -> list[Branch]:
+    def children(self, name: str) -> builtins.list[Branch]:
         """The existing branches created from branch ``name`` — from its current incarnation: a
         branch created from an earlier, deleted branch of the same name is not its child."""
         parent = self.get_or_none(name)
@@ -156,7 +157,7 @@ class BranchManager:
         others = [b.commit_id for b in self.list() if b.name != branch.name] + [t.commit_id for t in repo.tags.list()]
         return any(tip == branch.commit_id or repo.is_ancestor(branch.commit_id, tip) for tip in others)
 
-    def deleted(self) -> list[DeletionRecord]:
+    def deleted(self) -> builtins.list[DeletionRecord]:
         """Branches deleted within the retention period gc last honoured, newest first."""
         records = [r for r in self.repo.deletions.records() if r.kind == "branch"]
         return sorted(records, key=lambda r: r.deleted_at, reverse=True)

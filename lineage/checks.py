@@ -12,6 +12,7 @@ attaches or sets is refused when the check is added.
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -240,7 +241,7 @@ class Checks:
             tx.set_table(check.table, replace(current, checks=as_record(kept)))
         return check
 
-    def run(self, ref: str | None = None, *, names: Sequence[str] | None = None) -> list[CheckResult]:
+    def run(self, ref: str | None = None, *, names: Sequence[str] | None = None) -> builtins.list[CheckResult]:
         """Run the checks defined at ``ref`` (or those named) on the data at ``ref``."""
         repo = self.repo
         commit = repo.resolve(repo.default_ref(ref))

@@ -15,7 +15,7 @@ source inside the repository or on another kind of store is refused (:func:`chec
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
 
 from trimerge.lineage import tables as tbl
 from trimerge.lineage.errors import (InvalidOperationError, NotFoundError, PrimaryKeyError, TrimergeError,
@@ -115,7 +115,7 @@ def check_keys(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str
                 raise PrimaryKeyError(f"import {source}: primary key column {k!r} has null values")
         if not batch.num_rows:
             continue
-        frame = pl.from_arrow(batch)
+        frame = cast("pl.DataFrame", pl.from_arrow(batch))  # a record batch makes a DataFrame
         frames.append(frame)
         if increasing:
             increasing = _increasing(frame if last is None else pl.concat([last, frame]), pk)
@@ -186,7 +186,7 @@ def declare_primary_key(ds: "lance.LanceDataset", primary_key: Sequence[str]) ->
     it only costs a 32 KB key filter per ``merge_insert``."""
     nullable = [{"path": k, "nullable": False} for k in primary_key if ds.schema.field(k).nullable]
     if nullable:
-        ds.alter_columns(*nullable)
+        ds.alter_columns(*nullable)  # type: ignore[arg-type]  # pylance: *alterations typed Iterable[AlterColumn]
 
 
 def check_readable(ds: "lance.LanceDataset", primary_key: Sequence[str], source: str) -> None:
@@ -262,11 +262,11 @@ def referenced_files(ds: "lance.LanceDataset", bases: Mapping[int, str]) -> dict
     for frag in ds.get_fragments():
         meta = frag.metadata
         for f in meta.files:
-            if f.base_id in bases:
+            if f.base_id is not None and f.base_id in bases:
                 out[bases[f.base_id]].append(f"data/{f.path}")
         dfile = meta.deletion_file
-        if dfile is not None and dfile.base_id in bases:
-            out[bases[dfile.base_id]].append(frag.deletion_file())
+        if dfile is not None and dfile.base_id is not None and dfile.base_id in bases:
+            out[bases[dfile.base_id]].append(cast(str, frag.deletion_file()))  # there is one: dfile
     from trimerge.lineage.indices import lance_indices  # pylance's list_indices, without its deprecation warning
 
     for info in lance_indices(ds):
@@ -313,7 +313,7 @@ def _list_source(base: str, location: Location) -> set[str] | None:
     try:
         same_store = "://" in base and base.split("://", 1)[0] == location.scheme
         backend = Location.parse(base, location.storage_options if same_store else None).backend("")
-        keys = set()
+        keys: set[str] = set()
         for folder in ("data", "_deletions", "_indices"):
             keys.update(k.lstrip("/") for k in backend.keys_below(folder))
         return keys | {"/".join(k.split("/")[:2]) + "/" for k in keys if k.startswith("_indices/")}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, cast
 
 import pyarrow as pa
 
@@ -48,7 +48,7 @@ def lance_indices(ds: "lance.LanceDataset") -> list[dict[str, Any]]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return ds.list_indices()
+        return cast("list[dict[str, Any]]", ds.list_indices())  # pylance: a list of TypedDicts
 
 
 def _positive_int(value: Any) -> bool:
@@ -228,7 +228,7 @@ def build(ds: "lance.LanceDataset", spec: IndexSpec, progress: Progress | None =
         if spec.kind in VECTOR_KINDS:
             ds.create_index(spec.column, spec.kind, name=spec.name, replace=spec.replace, **args)
         else:
-            ds.create_scalar_index(spec.column, spec.kind, name=spec.name, replace=spec.replace, **args)
+            ds.create_scalar_index(spec.column, cast(Any, spec.kind), name=spec.name, replace=spec.replace, **args)
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
         from trimerge.lineage.errors import lance_message
 

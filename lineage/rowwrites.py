@@ -21,9 +21,26 @@ from trimerge.lineage.fragments import WriteTarget, delete_offsets, fragment_off
 if TYPE_CHECKING:
     import lance
 
+    from trimerge.lineage.commit import TableVersion
+    from trimerge.lineage.repository import Repository
+
 
 class FragmentWrites:
     """Row-id and fragment writes of a transaction (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what this part uses of the Transaction it is mixed into
+        repo: Repository
+        _tables: dict[str, TableVersion]
+        _ops: list[str]
+
+        def _require_open(self) -> None: ...
+
+        def _table(self, name: str) -> TableVersion: ...
+
+        def _writable(self, name: str) -> lance.LanceDataset: ...
+
+        def _written(self, name: str, ds_version: int, ds: lance.LanceDataset | None = None, *,
+                     row_level: bool = True) -> None: ...
 
     def replace_rows(self, name: str, row_ids: Sequence[int] | pa.Array, expected_keys: pa.Table, rows: Any) -> bool:
         """Remove the rows with these stable row ids and add ``rows``, in one Lance commit — a write

@@ -16,7 +16,11 @@ from trimerge.lineage.lazyimport import lazy_module
 from trimerge.lineage.maintenance import MAINTENANCE
 
 if TYPE_CHECKING:
+    import lance
     import pyarrow as pa
+
+    from trimerge.lineage.commit import TableVersion
+    from trimerge.lineage.transaction import Transaction
 
     from trimerge.lineage import indices as indices_module
 else:  # what annotations name, imported on first use (typing.get_type_hints)
@@ -35,6 +39,20 @@ def listed(value: Any, single: type = str) -> list[Any]:
 
 class TableWrites:
     """One-commit writes, index operations and import (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what these shortcuts use of the Repository they are mixed into
+        def transaction(self, branch: str | None = None, *, actor: str | None = None, message: str | None = None,
+                        metadata: Mapping[str, str] | None = None) -> Transaction: ...
+
+        def tables(self, ref: str | None = None) -> list[str]: ...
+
+        def default_ref(self, ref: str | None) -> str: ...
+
+        def table_version(self, table: str, ref: str | None = None) -> TableVersion: ...
+
+        def open_table_version(self, tv: TableVersion) -> lance.LanceDataset: ...
+
+        def _split_address(self, table: str, ref: str | None) -> tuple[str, str | None]: ...
 
     def _write(self, operation: str, default_message: str, *args: Any, branch: str | None, actor: str | None,
                message: str | None) -> Commit:

@@ -177,3 +177,37 @@ def test_every_name_trimerge_exports_is_visible_to_type_checkers():
     source = (ROOT / "trimerge" / "__init__.py").read_text()
     static = set(re.findall(r"\b(\w+) as \1\b", source))
     assert set(trimerge.__all__) - static == set()
+
+
+#: Modules of trimerge where ``mypy -p trimerge`` (pyproject's [tool.mypy]) still reports errors
+#: (175 at the last count, from 302 before the config and first fixes). Every other module must
+#: stay clean; fix a module and take it off this list (the test says when one is clean).
+MYPY_PENDING = {
+    "cli/app.py", "cli/diffs.py", "diff/api.py", "diff/columns.py", "diff/engine.py", "diff/planner.py",
+    "diff/reads.py", "diff/rules.py", "diff/spark.py", "diff/spill.py", "lineage/__init__.py",
+    "lineage/backends.py", "lineage/blame.py", "lineage/boundary.py", "lineage/columnwrites.py",
+    "lineage/commits.py", "lineage/documents.py", "lineage/filters.py", "lineage/fragments.py",
+    "lineage/fsck.py", "lineage/gc.py", "lineage/keyed.py", "lineage/lease.py", "lineage/reflog.py",
+    "lineage/repository.py", "lineage/search.py", "lineage/shortcuts.py", "lineage/tables.py",
+    "lineage/transaction.py", "merge/classify.py", "merge/edits.py", "merge/gates.py", "merge/indices.py",
+    "merge/plan.py", "merge/publish.py", "merge/rebase.py", "merge/resolve.py", "merge/result.py",
+    "merge/spark.py",
+}
+
+
+def test_mypy_on_the_package_keeps_clean_modules_clean():
+    """``mypy -p trimerge`` at pyproject's strictness: no error outside MYPY_PENDING (~30 s cold,
+    a few seconds with the cache kept under the temporary folder)."""
+    pytest.importorskip("mypy")
+    import re
+    import tempfile
+
+    cache = Path(tempfile.gettempdir()) / "trimerge-mypy-cache"
+    proc = subprocess.run([sys.executable, "-m", "mypy", "-p", "trimerge", "--cache-dir", str(cache),
+                           "--config-file", str(ROOT / "pyproject.toml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    files = set(re.findall(r"^trimerge/(\S+?\.py):\d+: error", proc.stdout, re.M))
+    assert files <= MYPY_PENDING, "new mypy errors:\n" + "\n".join(
+        line for line in proc.stdout.splitlines() if any(line.startswith(f"trimerge/{f}:") for f in files - MYPY_PENDING))
+    assert MYPY_PENDING <= files, f"clean now, take off MYPY_PENDING: {sorted(MYPY_PENDING - files)}"
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, NoReturn
 
 import click
 
@@ -79,7 +79,13 @@ def common(fn: Callable) -> Callable:
     return wrapper
 
 
-def emit(obj: Context, data: Any, text: str | Callable[[], None] | None = None) -> None:
+def echo_lines(lines: Iterable[str]) -> None:
+    """``click.echo`` each line (the text of a listing, for :func:`emit`)."""
+    for line in lines:
+        click.echo(line)
+
+
+def emit(obj: Context, data: Any, text: str | Callable[[], object] | None = None) -> None:
     if obj.json:
         click.echo(json.dumps(data, indent=2, default=str))
     elif callable(text):
@@ -88,7 +94,7 @@ def emit(obj: Context, data: Any, text: str | Callable[[], None] | None = None) 
         click.echo(text)
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     say_error(message, "InvalidInput", code)
     sys.exit(code)
 

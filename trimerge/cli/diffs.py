@@ -115,8 +115,9 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
         fail("diff takes one range (A..B, A...B) or two refs")
     fmt = diff_format(obj, fmt, output, stat, name_only)
     for r in refs:
-        if is_address(r) and parse_address(r).repository is not None:
-            obj.path = parse_address(r).repository
+        repository = parse_address(r).repository if is_address(r) else None
+        if repository is not None:
+            obj.path = repository
     repo = obj.open(read_only=True)
     spark = None
     if engine == "spark" or spark_master:

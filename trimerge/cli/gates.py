@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from trimerge.cli.app import EXIT_NO, Context, check_output_path, cli, common, emit, output_format, print_table
+from trimerge.cli.app import (EXIT_NO, Context, check_output_path, cli, common, echo_lines, emit, output_format,
+                              print_table)
 from trimerge.cli.tables import READ_FORMATS
 
 
@@ -40,8 +41,8 @@ def check_list(obj: Context, ref) -> None:
     """List the checks defined at a ref."""
     checks = obj.open(read_only=True).checks.list(ref)
     emit(obj, [c.to_json() for c in checks],
-         lambda: [click.echo(f"{c.name}\t{c.table}\tgates {', '.join(c.gates) if c.gates is not None else '(protected)'}"
-                             f"\t{c.sql}") for c in checks])
+         lambda: echo_lines(f"{c.name}\t{c.table}\tgates {', '.join(c.gates) if c.gates is not None else '(protected)'}"
+                            f"\t{c.sql}" for c in checks))
 
 
 @check.command("remove")
@@ -63,8 +64,8 @@ def check_run(obj: Context, ref) -> None:
     """Run every check defined at a ref on its data; exit 1 when one fails."""
     results = obj.open(read_only=True).checks.run(ref)
     emit(obj, [r.to_json() for r in results],
-         lambda: [click.echo(("FAILED " if not r.passed else "ok     ") + r.describe()) for r in results]
-         + [click.echo(f"{sum(not r.passed for r in results)} of {len(results)} check(s) failed")])
+         lambda: echo_lines([*(("FAILED " if not r.passed else "ok     ") + r.describe() for r in results),
+                             f"{sum(not r.passed for r in results)} of {len(results)} check(s) failed"]))
     if any(not r.passed for r in results):
         sys.exit(EXIT_NO)
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from trimerge.cli.app import (
+    echo_lines,
     EXIT_NO,
     EXIT_OK,
     MAX_COUNT,
@@ -48,8 +49,8 @@ def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
     if deleted:
         gone = [{"name": r.name, "commit": r.commit_id, "deleted_at": r.deleted_at.isoformat()}
                 for r in repo.branches.deleted()]
-        emit(obj, gone, lambda: [click.echo(f"  {r['name']}\t{repo.short_id(r['commit'])}\tdeleted {r['deleted_at']}")
-                                 for r in gone])
+        emit(obj, gone, lambda: echo_lines(f"  {r['name']}\t{repo.short_id(r['commit'])}\tdeleted {r['deleted_at']}"
+                                           for r in gone))
         return
     current = repo.current_branch
     branches = repo.branches.list()
@@ -64,8 +65,8 @@ def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
             return "\t(root)" if r["name"] == "main" else "\t(from a commit)"
         return f"\tfrom {r['parent']}" + ("" if r["parent"] in names else " (deleted)")
 
-    emit(obj, rows, lambda: [click.echo(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
-                                        f"{' (protected)' if r['protected'] else ''}{origin(r)}") for r in rows])
+    emit(obj, rows, lambda: echo_lines(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
+                                       f"{' (protected)' if r['protected'] else ''}{origin(r)}" for r in rows))
 
 
 @branch.command("protect")
@@ -138,7 +139,7 @@ def tag_list(obj: Context) -> None:
     """List tags."""
     repo = obj.repo()
     rows = [{"name": t.name, "commit": t.commit_id, "message": t.message} for t in repo.tags.list()]
-    emit(obj, rows, lambda: [click.echo(f"{r['name']}\t{repo.short_id(r['commit'])}\t{r['message']}") for r in rows])
+    emit(obj, rows, lambda: echo_lines(f"{r['name']}\t{repo.short_id(r['commit'])}\t{r['message']}" for r in rows))
 
 
 @tag.command("delete")
@@ -176,7 +177,7 @@ def commit_list(obj: Context, filters, branch, limit) -> None:
     starts = [branch] if branch else [b.commit_id for b in repo.branches.list()]
     rows = repo.log(refs=starts, actor=want.get("actor"), branch=want.get("branch"), message=want.get("message"),
                     limit=limit)
-    emit(obj, [c.summary() for c in rows], lambda: [click.echo(commit_line(repo, c)) for c in rows])
+    emit(obj, [c.summary() for c in rows], lambda: echo_lines(commit_line(repo, c) for c in rows))
 
 
 @commit.command("show")
@@ -221,7 +222,7 @@ def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maint
         emit(obj, {"graph": lines}, "\n".join(lines))
         return
     commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit, maintenance=not no_maintenance)
-    emit(obj, [c.summary() for c in commits], lambda: [click.echo(commit_line(repo, c)) for c in commits])
+    emit(obj, [c.summary() for c in commits], lambda: echo_lines(commit_line(repo, c) for c in commits))
 
 
 @cli.command("rev-parse")

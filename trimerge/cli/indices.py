@@ -6,7 +6,7 @@ import json
 
 import click
 
-from trimerge.cli.app import Context, cli, common, emit, fail, published, write_options
+from trimerge.cli.app import Context, cli, common, echo_lines, emit, fail, published, write_options
 from trimerge.cli.diffs import watched_bar
 
 
@@ -114,14 +114,14 @@ def config(obj: Context, name: str | None, value: str | None, unset: bool) -> No
     repo = obj.repo()
     if name is None:
         current = repo.settings.as_dict()
-        emit(obj, current, lambda: [click.echo(f"{k} = {json.dumps(v)}\t# {SETTINGS[k].help}")
-                                    for k, v in current.items()])
+        emit(obj, current, lambda: echo_lines(f"{k} = {json.dumps(v)}\t# {SETTINGS[k].help}"
+                                              for k, v in current.items()))
         return
     if value is not None or unset:
         if value is not None and unset:
             fail("give VALUE or --unset, not both")
         repo.check_writable()
-        repo.settings.set(name, None if unset else parse_value(name, value))
+        repo.settings.set(name, None if unset or value is None else parse_value(name, value))
     current = repo.settings.get(name)
     emit(obj, {name: current}, f"{name} = {json.dumps(current)}")
 

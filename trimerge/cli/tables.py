@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from trimerge.cli.app import (
+    echo_lines,
     table_address,
     EXIT_NO,
     MAX_COUNT,
@@ -162,7 +163,7 @@ def table_list(obj: Context, ref: str | None) -> None:
     commit = repo.resolve(repo.default_ref(ref))
     rows = [{"table": n, "primary_key": list(tv.primary_key), "dataset": tv.dataset,
              "lance_branch": tv.lance_branch, "version": tv.version} for n, tv in sorted(commit.tables.items())]
-    emit(obj, rows, lambda: [click.echo(f"{r['table']}\t({', '.join(r['primary_key'])})") for r in rows])
+    emit(obj, rows, lambda: echo_lines(f"{r['table']}\t({', '.join(r['primary_key'])})" for r in rows))
 
 
 @table.command("alter")
@@ -316,8 +317,8 @@ def fsck(obj: Context, deep: bool) -> None:
         report.diffs_verified, problems = verify_history(repo)
         report.problems.extend(problems)
     deep_note = f", {report.diffs_verified} table diff(s) verified" if deep else ""
-    emit(obj, report.to_json(), lambda: [click.echo(f"problem: {p}") for p in report.problems] + [click.echo(
+    emit(obj, report.to_json(), lambda: echo_lines([*(f"problem: {p}" for p in report.problems),
         f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s)"
-        f"{deep_note}: " + ("ok" if report.ok else f"{len(report.problems)} problem(s)"))])
+        f"{deep_note}: " + ("ok" if report.ok else f"{len(report.problems)} problem(s)")]))
     if not report.ok:
         sys.exit(EXIT_NO)
