@@ -294,13 +294,14 @@ def spark_frame(td: "TableDiff", spark, row_ids: bool = False) -> Any:
         flags.append(F.when(F.col(f"a__{c}").isNotNull(), F.lit(c)))
     empty = F.array().cast("array<string>")
     changed = F.filter(F.array(*flags), lambda x: x.isNotNull()) if flags else empty
-    j = j.withColumn("change", change_kind_spark(in_b, in_a))
-    j = j.withColumn("changed_columns", F.when(in_b & in_a, changed).otherwise(empty))
-    j = j.filter((F.col("change") != "update") | (F.size("changed_columns") > 0))
     before = F.when(in_b, F.struct(*[F.col(f"b__{c}").alias(c) for c in bcols])) if bcols else F.lit(None)
     after = F.when(in_a, F.struct(*[F.col(f"a__{c}").alias(c) for c in acols])) if acols else F.lit(None)
     ids = [F.col("__rid_b").alias("_before_rowid"), F.col("__rid_a").alias("_after_rowid")] if row_ids else []
-    return j.select(*key, "change", "changed_columns", before.alias("before"), after.alias("after"), *ids)
+    # One select, then the filter: each DataFrame step is a round trip and an analysis in the JVM.
+    j = j.select(*key, change_kind_spark(in_b, in_a).alias("change"),
+                 F.when(in_b & in_a, changed).otherwise(empty).alias("changed_columns"),
+                 before.alias("before"), after.alias("after"), *ids)
+    return j.filter((F.col("change") != "update") | (F.size("changed_columns") > 0))
 
 
 def changes(td: "TableDiff", spark) -> Any:
