@@ -153,9 +153,17 @@ def bind(table: str, dataset: Any, sql: str, what: str) -> list[str]:
 def run_check(check: Check, dataset: Any, primary_key: Sequence[str]) -> CheckResult:
     """Run ``check`` on ``dataset`` (the table as the ref or the merge's result has it): count the
     failing rows and take the first ones' keys, in one pass over what the query reads."""
+    con = _connect(check.table, dataset)
+    try:
+        return _run_on(con, check, primary_key)
+    finally:
+        con.close()
+
+
+def _run_on(con: Any, check: Check, primary_key: Sequence[str]) -> CheckResult:
+    """``check`` on a connection where its table is registered (and no other)."""
     import duckdb
 
-    con = _connect(check.table, dataset)
     try:
         columns = list(con.sql(check.sql).columns)
         keys = [k for k in primary_key if k in columns]
@@ -170,19 +178,30 @@ def run_check(check: Check, dataset: Any, primary_key: Sequence[str]) -> CheckRe
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidOperationError(f"check {check.name!r} on {check.table!r} failed to run: {first[:300]}") from None
-    finally:
-        con.close()
     return CheckResult(check.name, check.table, int(n), sample, check.sql)
 
 
 def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, TableVersion]) -> list[CheckResult]:
     """Run every check against ``open_table(table)`` (a Lance dataset); a check whose table is gone
     is reported as failing to run."""
-    out = []
-    for check in checks:
-        if check.table not in tables:
-            raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
-        out.append(run_check(check, open_table(check.table), tables[check.table].primary_key))
+    import duckdb
+
+    out: list[CheckResult] = []
+    con = None
+    try:
+        for check in checks:  # one connection; each query sees its own table only
+            if check.table not in tables:
+                raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
+            if con is None:
+                con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
+            con.register(check.table, open_table(check.table))
+            try:
+                out.append(_run_on(con, check, tables[check.table].primary_key))
+            finally:
+                con.unregister(check.table)
+    finally:
+        if con is not None:
+            con.close()
     return out
 
 
