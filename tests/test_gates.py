@@ -215,7 +215,10 @@ def test_ci_reports_carry_checks_and_conflicts(gated, sarif_validator):
     result = merge("feat", "main", repo=repo, dry_run=True)
     assert result.status == "conflicts" and result.has_conflicts
     assert sorted((c.name, c.failing_rows) for c in result.checks) == [("no_early", 1), ("no_jfk", 1)]
-    root = ET.fromstring(result.report("junit"))                        # JUnit: structure (no XSD offline)
+    from junit_schema import junit_errors
+
+    assert junit_errors(result.report("junit")) == []                   # JUnit: Jenkins' junit-10.xsd, strictly
+    root = ET.fromstring(result.report("junit"))
     assert root.tag == "testsuites"
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     checks = suites["data checks"]
@@ -238,6 +241,25 @@ def test_ci_reports_carry_checks_and_conflicts(gated, sarif_validator):
     gh = result.report("github").splitlines()
     assert sum(line.startswith("::error title=check ") for line in gh) == 2
     assert json.loads(result.report("json"))["checks"][0]["name"] == "no_early"
+
+
+@pytest.mark.parametrize("xml, problem", [
+    ('<testsuites><testsuite name="t" tests="1" failures="0"/></testsuites>', "missing required attribute 'errors'"),
+    ('<testsuites><testsuite name="t" tests="1" failures="0" errors="0"><testcase/></testsuite></testsuites>',
+     "missing required attribute 'name'"),
+    ('<testsuites><testsuite name="t" tests="x" failures="0" errors="0"/></testsuites>', "not a count"),
+    ('<testsuites time="1.5s"/>', "SUREFIRE_TIME"),
+    ('<testsuites><testcase name="c"/></testsuites>', "not allowed in <testsuites>"),
+    ('<testsuite name="t" tests="1" failures="1" errors="0"><testcase name="c" status="x">'
+     '<failure><b/></failure></testcase></testsuite>', "not allowed on <testcase>"),
+    ('<testsuite name="t" tests="1" failures="1" errors="0"><testcase name="c"><failure><b/></failure>'
+     '</testcase></testsuite>', "text only"),
+    ('<results/>', "root element"),
+])
+def test_the_junit_checker_rejects_what_junit_10_rejects(xml, problem):
+    from junit_schema import junit_errors
+
+    assert any(problem in e for e in junit_errors(xml)), junit_errors(xml)
 
 
 @pytest.mark.parametrize("call, message", [
