@@ -118,6 +118,9 @@ def test_the_fixture_has_the_conflicts_it_claims(conflicted):
 
 # ---------------------------------------------------------------------------------------------- JUnit
 def parse_junit(text: str) -> ET.Element:
+    from junit_schema import junit_errors
+
+    assert junit_errors(text.encode("utf-8")) == []  # Jenkins' junit-10.xsd, strictly
     root = ET.fromstring(text.encode("utf-8"))
     suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     assert root.tag in ("testsuites", "testsuite")
