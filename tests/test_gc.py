@@ -336,19 +336,21 @@ print(json.dumps(acked))
 """
 
 GC_LOOP = r"""
-import json, sys, time, datetime, trimerge
-uri, seconds, opts = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3]) or None
+import json, os, sys, time, datetime, trimerge
+uri, seconds, opts, stop = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3]) or None, sys.argv[4]
 repo = trimerge.Repository.open(uri, storage_options=opts, lock_timeout=60)
 end, runs = time.time() + seconds, 0
-while time.time() < end:
+# Collects for as long as the writers write (at most ``seconds``), then once more after them.
+while time.time() < end and (runs < 2 or not os.path.exists(stop)):
     repo.gc(retention=datetime.timedelta(0))
     runs += 1
-print(runs)
+repo.gc(retention=datetime.timedelta(0))
+print(runs + 1)
 """
 
 
 @pytest.mark.slow
-def test_gc_in_a_loop_beside_writers_loses_no_acknowledged_commit(repo_uri):
+def test_gc_in_a_loop_beside_writers_loses_no_acknowledged_commit(repo_uri, tmp_path):
     import subprocess
     import sys
 
@@ -360,9 +362,11 @@ def test_gc_in_a_loop_beside_writers_loses_no_acknowledged_commit(repo_uri):
     env = {**os.environ, "TRIMERGE_LEASE_SECONDS": "120"}
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, uri, str(w), rounds, opts], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in (1, 2)]
-    collector = subprocess.Popen([sys.executable, "-c", GC_LOOP, uri, "15", opts], env=env,
+    stop = tmp_path / "writers-done"
+    collector = subprocess.Popen([sys.executable, "-c", GC_LOOP, uri, "15", opts, str(stop)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outputs = [w.communicate(timeout=300) for w in writers]
+    stop.touch()  # the collector stops once the writers are done (it used to run 15 s whatever they did)
     gc_out, gc_err = collector.communicate(timeout=300)
     assert collector.returncode == 0, gc_err
     assert int(gc_out) >= 2
