@@ -123,3 +123,19 @@ def test_blame_bad_input_is_one_line(tmp_path, cli):
         assert res.exit_code == 2, res.stdout + res.stderr
     res = cli("blame", "t", "--json", "-C", str(tmp_path / "r"))
     assert res.exit_code == 0 and json.loads(res.stdout)[0]["id"] == 1
+
+
+def test_blame_compares_values_as_git_does_nan_nulls_lists_and_no_op_writes(tmp_path):
+    repo = trimerge.Repository.init(str(tmp_path / "r"))
+    t = pa.table({"k": ["a", "b", "c", "d"], "f": [float("nan"), 0.0, None, 1.0],
+                  "l": pa.array([[1], None, [2, 3], []], pa.list_(pa.int64()))})
+    repo.create_table("t", t, "k", actor="alice")
+    repo.upsert("t", pa.table({"k": ["a", "b", "c"], "f": [float("nan"), -0.0, None],
+                               "l": pa.array([[1], None, [2, 3]], pa.list_(pa.int64()))}), actor="bob")  # no-ops
+    repo.update("t", pa.table({"k": ["d"], "l": pa.array([[9]], pa.list_(pa.int64()))}), actor="carol")
+    rows = repo.blame("t")
+    assert [(r["k"], r["actor"]) for r in rows.to_pylist()] == [("a", "alice"), ("b", "alice"), ("c", "alice"),
+                                                                ("d", "carol")]
+    cells = repo.blame("t", columns=["l", "f"], where="k = 'd'").to_pylist()
+    assert [(r["column"], r["actor"]) for r in cells] == [("f", "alice"), ("l", "carol")]
+    assert repo.blame("t", where="k = 'zz'").num_rows == 0
