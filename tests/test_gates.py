@@ -325,3 +325,12 @@ def test_gates_on_s3(s3_uri):
     repo.update("flights", flights([3], [1]), branch="feat")
     assert merge("feat", "main", repo=repo).status == "merged"
     assert [r["id"] for r in repo.blame("flights").to_pylist()] == [1, 2, 3]
+    repo.checks.add("no_big", "flights", "SELECT * FROM flights WHERE delay > 100", gates=["side"], branch="feat")
+    merge("feat", "main", repo=repo)
+    repo.branches.create("side", from_ref="main~1")
+    repo.upsert("flights", flights([7], [500]), branch="side")
+    tip = repo.resolve("side").id
+    with pytest.raises(trimerge.RebaseCheckError):  # the rebased result holds both checks; no_big gates side
+        rebase("side", "main", repo=repo)
+    assert repo.resolve("side").id == tip
+    assert rebase("side", "main", repo=repo, checks=False).status == "rebased"
