@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 
 import pyarrow as pa
 import pytest
@@ -19,6 +20,10 @@ from trimerge.diff import diff
 from diffref import engine_rows, reference_diff
 
 UTC = dt.timezone.utc
+#: Random histories per run: 15 by default (about 13 s on 2 cores, 33 s at 30; tests/test_diff_differential.py
+#: checks every plan against a brute-force diff on 20 more), 30 per unit of TRIMERGE_LONG_TESTS.
+LONG = int(os.environ.get("TRIMERGE_LONG_TESTS", "0") or 0)
+FULL_COMPARISON_EXAMPLES = 30 * LONG if LONG else 15
 SCHEMA = pa.schema([
     ("k1", pa.int64()), ("k2", pa.string()),
     ("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()),
@@ -123,7 +128,7 @@ def check_row_ids(repo, td, a, b):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=FULL_COMPARISON_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), composite=st.booleans(), n_main=st.integers(0, 4), n_feature=st.integers(1, 5))
 def test_diff_matches_full_comparison(tmp_path_factory, data, composite, n_main, n_feature):
     draw = data.draw
