@@ -66,7 +66,9 @@ def small_jobs(spark: Any, rows: int) -> Iterator[None]:
         yield
         return
     conf = spark.conf
-    partitions = max(1, min(-(-rows // ROWS_PER_PARTITION), int(conf.get("spark.sql.shuffle.partitions"))))
+    partitions = max(1, -(-rows // ROWS_PER_PARTITION))
+    with contextlib.suppress(TypeError, ValueError):  # never more than the session's own number
+        partitions = max(1, min(partitions, int(conf.get("spark.sql.shuffle.partitions"))))
     tuned = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1",
              "spark.sql.shuffle.partitions": str(partitions)}
     saved = {k: conf.get(k, None) for k in tuned}
