@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from trimerge.lineage.commit import TableVersion
-from trimerge.lineage.errors import AlreadyExistsError, InvalidOperationError, NotFoundError
+from trimerge.lineage.errors import AlreadyExistsError, CheckNotFoundError, InvalidOperationError
 from trimerge.lineage.names import validate_branch_name, validate_table_name
 
 if TYPE_CHECKING:
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
 SAMPLE_KEYS = 5  # failing rows' keys a result carries
 MAX_SQL = 100_000
-
-
-class CheckNotFoundError(NotFoundError):
-    """No check of that name."""
 
 
 @dataclass(frozen=True)

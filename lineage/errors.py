@@ -74,6 +74,10 @@ class TableNotFoundError(NotFoundError):
     """No table of that name at the ref."""
 
 
+class CheckNotFoundError(NotFoundError):
+    """No data check of that name (see :mod:`trimerge.lineage.checks`)."""
+
+
 class AlreadyExistsError(TrimergeError):
     """A branch, tag or table of that name exists already."""
 
