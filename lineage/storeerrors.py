@@ -45,6 +45,10 @@ def explain(text: str, scheme: str = "s3", timeout: str = "30s") -> str | None:
         return (f"the storage endpoint did not answer: timed out (gave up{after}, retries included; the limit per "
                 f"request is the 'timeout' storage option, default {timeout}: set it with --storage-option "
                 "timeout=60s or TRIMERGE_STORE_TIMEOUT)")
+    if "api/token" in flat or "credential" in flat.lower() and "error" in flat.lower():
+        # No keys: the client asked a credential provider (instance metadata), whatever answered.
+        return ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the Azure/GCS "
+                "equivalents) or pass them as storage options")
     if "ConnectionRefused" in flat or "Connection refused" in flat:
         return "the storage endpoint cannot be reached: the connection was refused (check the endpoint and port)"
     if "dns error" in flat or "failed to lookup address" in flat:
