@@ -43,6 +43,8 @@ def check_output(path: object, kind: str = FILE, what: str = "output") -> None:
         raise InvalidOperationError(f"{what}: the path {path!r} holds a NUL character")
     if is_remote(path):
         return
+    if kind == FILE and path.endswith(("/", os.sep)):  # pathlib would drop the slash; open() would not
+        raise InvalidOperationError(f"cannot write {what} {path}: a file's path cannot end with '/'")
     p = local_path(path, uri=kind == DIRECTORY)
     try:
         st = os.stat(p)

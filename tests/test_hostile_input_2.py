@@ -425,3 +425,18 @@ def test_path_options_and_new_verbs_answer_hostile_input_in_one_line(verb, a, as
             assert stderr.startswith("error:"), (verb, a, stderr)
         if res.exit_code == 2:
             assert snapshot(Path(repo.uri)) == before, (verb, a)
+
+
+@pytest.mark.parametrize("verb", [["merge", "dev", "--report", "json:{a}"], ["read", "t", "-o", "{a}"]])
+def test_a_file_output_ending_in_a_slash_is_refused_before_any_work(verb, tmp_path):
+    """``dir/`` names a folder: refused up front (pathlib would drop the slash, open() would not)."""
+    repo = fresh_repo()
+    before = snapshot(Path(repo.uri))
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        res = invoke(repo, *[part.replace("{a}", "out/") for part in verb])
+    finally:
+        os.chdir(old)
+    assert res.exit_code == 2 and "cannot end with '/'" in res.stderr, (res.exit_code, res.output)
+    assert snapshot(Path(repo.uri)) == before and not (tmp_path / "out").exists()
