@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         RepositoryMovedError as RepositoryMovedError,
         DiffVerificationError as DiffVerificationError,
         ProtectedBranchError as ProtectedBranchError,
+        CheckNotFoundError as CheckNotFoundError,
     )
     from trimerge.lineage.importing import SourceNotFoundError as SourceNotFoundError
     from trimerge.lineage.namespace import TrimergeNamespace as TrimergeNamespace
