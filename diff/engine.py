@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff import columns as column_pairs
-from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify
+from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
     CandidatePlan,
@@ -302,7 +302,7 @@ class TableDiff:
         """Changed rows: key columns, ``change`` (insert/delete/update), ``changed_columns``,
         and ``before`` / ``after`` structs of the non-key values (null for insert / delete)."""
         rows = self.rows_with_row_ids().drop_columns([BEFORE_ROWID, AFTER_ROWID])
-        return rows if columns is None else _project(rows, columns)
+        return rows if columns is None else project_rows(rows, columns)
 
     def rows_with_row_ids(self) -> pa.Table:
         """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,
@@ -340,7 +340,7 @@ class TableDiff:
             if not row_ids:
                 t = t.drop_columns([BEFORE_ROWID, AFTER_ROWID])
             if columns is not None:
-                t = _project(t, columns)
+                t = project_rows(t, columns)
             yield from t.to_batches()
 
     def rows_with_row_ids_schema(self) -> pa.Schema:
@@ -587,25 +587,3 @@ def _count(batches: Iterable[pa.RecordBatch]) -> DiffCounts:
         for v in pc.value_counts(pc.list_flatten(batch.column("changed_columns"))).to_pylist():
             c.by_column[v["values"]] = c.by_column.get(v["values"], 0) + v["counts"]
     return c
-
-
-def _project(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """Keep only some value columns inside the before/after structs (key columns always stay).
-    A table with none of ``columns`` keeps no ``before`` / ``after`` at all."""
-    import pyarrow.compute as pc
-
-    out = rows
-    for side in ("before", "after"):
-        if side not in rows.column_names:
-            continue
-        col = rows.column(side)
-        t = col.type
-        keep = [t.field(i).name for i in range(t.num_fields) if t.field(i).name in columns]
-        if not keep:
-            out = out.drop_columns([side])
-            continue
-        arrays = [pc.struct_field(col, t.get_field_index(n)) for n in keep]
-        struct = pc.make_struct(*arrays, field_names=keep)
-        struct = pc.if_else(pc.is_null(col), pa.scalar(None, struct.type), struct)
-        out = out.set_column(out.schema.get_field_index(side), side, struct)
-    return out

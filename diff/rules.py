@@ -142,3 +142,25 @@ def _large_to_plain(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([f.with_type(_large_to_plain(f.type)) for f in t])
     return t
+
+
+def project_rows(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Keep only some value columns inside the before/after structs (key columns always stay).
+    A table with none of ``columns`` keeps no ``before`` / ``after`` at all."""
+    import pyarrow.compute as pc
+
+    out = rows
+    for side in ("before", "after"):
+        if side not in rows.column_names:
+            continue
+        col = rows.column(side)
+        t = col.type
+        keep = [t.field(i).name for i in range(t.num_fields) if t.field(i).name in columns]
+        if not keep:
+            out = out.drop_columns([side])
+            continue
+        arrays = [pc.struct_field(col, t.get_field_index(n)) for n in keep]
+        struct = pc.make_struct(*arrays, field_names=keep)
+        struct = pc.if_else(pc.is_null(col), pa.scalar(None, struct.type), struct)
+        out = out.set_column(out.schema.get_field_index(side), side, struct)
+    return out

@@ -67,6 +67,17 @@ def checked(table: str, columns: Sequence[str], primary_key: Sequence[str], curr
     return out
 
 
+def declare(tx: Any, table: str, declarations: Declarations) -> None:
+    """Record ``declarations`` as ``table``'s derived columns in transaction ``tx`` (through its
+    ``table_version``/``set_table``: table state only, no data written), if they changed."""
+    from dataclasses import replace
+
+    tv = tx.table_version(table)
+    record = as_record(declarations)
+    if record != tv.derived:
+        tx.set_table(table, replace(tv, derived=record))
+
+
 def find_cycle(declarations: Declarations) -> list[str]:
     """A cycle among derived columns (each derived from the next), or []."""
     import networkx as nx

@@ -431,26 +431,19 @@ class Transaction(FragmentWrites):
         self._schema_change()
         self.write_table(name, f"drop columns {name}", lambda ds: ds.drop_columns(columns), row_level=False)
         self._schema_changed()
-        tv = self._tables[name]  # a declaration naming a dropped column goes with it
-        self._tables[name] = replace(tv, derived=derived.as_record(derived.without_columns(derived.as_dict(tv.derived),
-                                                                                           columns)))
+        derived.declare(self, name, derived.without_columns(derived.as_dict(self._tables[name].derived), columns))
 
     def set_derived(self, table: str, column: str, inputs: Sequence[str] | None = None) -> None:
         """Declare ``column`` of ``table`` computed from ``inputs`` (None or []: no longer derived).
         Versioned table state, merged three-way; see :mod:`trimerge.lineage.derived`."""
         self._require_open()
         tv = self._table(table)
-        schema = self.repo.table_store.open_version(tv).schema
-        self.set_derived_declarations(table, derived.checked(table, schema.names, tv.primary_key,
-                                                             derived.as_dict(tv.derived), column, inputs))
+        derived.declare(self, table, derived.checked(table, self.dataset(table).schema.names, tv.primary_key,
+                                                     derived.as_dict(tv.derived), column, inputs))
 
     def set_derived_declarations(self, table: str, declarations: Mapping[str, Sequence[str]]) -> None:
         """Make ``declarations`` (column -> inputs) the table's derived columns (used by merges)."""
-        tv = self._table(table)
-        record = derived.as_record(declarations)
-        if record != tv.derived:
-            self._tables[table] = replace(tv, derived=record)
-            self._ops.append(f"derived {table}")
+        derived.declare(self, table, declarations)
 
     def alter_column(self, name: str, column: str, data_type: pa.DataType) -> None:
         """Widen a column's type; narrowing or unrelated changes are refused."""
