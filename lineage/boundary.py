@@ -22,7 +22,8 @@ import inspect
 import re
 from typing import Any, Callable, TypeVar
 
-from trimerge.lineage.errors import EnvironmentFailureError, InternalError, TrimergeError, lance_message
+from trimerge.lineage.errors import (ConcurrentWriteError, EnvironmentFailureError, InternalError, TrimergeError,
+                                     lance_message)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,6 +90,11 @@ def translate(exc: BaseException) -> TrimergeError | None:
         first = str(exc).splitlines()[0] if str(exc).strip() else ""
         return InternalError(f"internal error: a dependency panicked ({first}); this is a bug in trimerge "
                              "(TRIMERGE_DEBUG=1 shows details)")
+    vanished = re.search(r"Not found: (\S*/tables/\S+?)[,\s]", str(exc))
+    if vanished and isinstance(exc, (OSError, ValueError)):  # ArrowInvalid is a ValueError
+        # A table file went away under a read: gc reclaimed what a deleted branch left behind.
+        return ConcurrentWriteError(f"a file of the repository was removed while it was being read "
+                                    f"({vanished.group(1)}): gc ran beside this read; retry")
     return environment_failure(exc)
 
 
