@@ -7,6 +7,10 @@ from trimerge.lineage.errors import DiffVerificationError
 __all__ = ["Diff", "DiffCounts", "DiffPlan", "DiffVerificationError", "SchemaChange", "TableDiff", "classify", "diff",
            "parse_range"]
 
-from trimerge.lineage.boundary import guarded as _guarded  # noqa: E402 - the API's edge
+from trimerge.lineage.boundary import guard_class as _guard_class, guarded as _guarded  # noqa: E402 - the API's edge
 
 diff = _guarded(diff)
+# A diff's reads are lazy: a table file gc reclaims under rows() or counts() leaves them as a
+# TrimergeError too, not as Lance's raw "Not found".
+for _cls in (Diff, TableDiff):
+    _guard_class(_cls)
