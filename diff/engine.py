@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff import columns as column_pairs
+from trimerge.diff.delta import changes_since
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
-from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids, scan, take_all
+from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
     CandidatePlan,
     PlanAssumptionError,
@@ -42,7 +43,7 @@ from trimerge.diff.planner import (
     set_minus,
     stable_row_ids,
 )
-from trimerge.diff.spill import CandidateBuffer, ChangedRows
+from trimerge.diff.spill import CandidateBuffer, ChangedRows, ordered_map
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
@@ -143,6 +144,7 @@ class TableDiff:
         self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
+        self._tally: DiffCounts | None = None  # counts of spilled rows, taken as they were classified
         self._index_changes: list[dict[str, Any]] | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
@@ -238,7 +240,9 @@ class TableDiff:
                 and self.storage_status == "modified" and self.candidate_plan.column_pairs:
             self._counts = self._counts_through_columns()
         if self._counts is None:
-            self._counts = _count(self._changed_rows().batches())  # one pass, streamed when spilled
+            changed = self._changed_rows()
+            # Spilled rows were counted bucket by bucket as they were classified; else one pass.
+            self._counts = self._tally if self._tally is not None else _count(changed.batches())
         return self._counts
 
     def rows_through_columns(self) -> tuple[list[pa.Table], ChangedRows] | None:
@@ -343,6 +347,14 @@ class TableDiff:
                 t = project_rows(t, columns)
             yield from t.to_batches()
 
+    def row_buckets(self, key_types: pl.Schema, buckets: int) -> Iterator[pa.Table] | None:
+        """:meth:`rows_with_row_ids` one key-hash bucket at a time (cut as
+        :func:`trimerge.diff.spill.split_by_bucket` cuts with ``key_types``), when the diff
+        spilled its rows in such buckets; None otherwise (e.g. the rows are in memory)."""
+        if self._rows is not None:
+            return None
+        return self._changed_rows().buckets(key_types, buckets)
+
     def rows_with_row_ids_schema(self) -> pa.Schema:
         """The schema of :meth:`rows_with_row_ids`, without reading any rows."""
         return self._empty_rows().schema if self._changed is None else self._changed.schema
@@ -446,34 +458,6 @@ class TableDiff:
             return
         self._fragment_candidates(plan, out, narrow)
 
-    @staticmethod
-    def _changes_since(snap: Snapshot, version: int) -> tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]:
-        """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
-        ids of rows deleted) on ``snap``'s lineage since ``version``, streamed.
-
-        Updated rows are read by ``delta`` from the new fragments they were written to
-        (contiguous), which is far cheaper than fetching them by id."""
-        schema = empty_with_row_ids(snap.ds.schema).schema
-        if snap.tv.version == version:
-            return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
-        # pylance reads delta rows from the object's checked-out version: snap.ds is pinned at its version.
-        delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
-        deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
-        updated_ids: list[pa.Array] = []
-
-        def rows() -> Iterator[pa.Table]:
-            for batch in delta.get_updated_rows():
-                t = conform_batches([batch], schema)
-                updated_ids.append(t.column(ROWID).combine_chunks())
-                yield t
-            for batch in delta.get_inserted_rows():
-                yield conform_batches([batch], schema)
-
-        def ids() -> pa.Array:
-            return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
-
-        return rows(), ids, deleted
-
     def _delta_candidates(self, common: int, out: CandidateBuffer) -> None:
         """Rows changed on either side since the common version. Rows older than it share stable
         row ids on both sides, so a row touched on one side only is fetched from the other by id."""
@@ -484,8 +468,8 @@ class TableDiff:
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
         b, a = self.before_snapshot, self.after_snapshot
-        rows_b, ids_b, del_b = self._changes_since(b, common)
-        rows_a, ids_a, del_a = self._changes_since(a, common)
+        rows_b, ids_b, del_b = changes_since(b, common)
+        rows_a, ids_a, del_a = changes_since(a, common)
         for side, parts in ((0, rows_b), (1, rows_a)):
             for t in parts:
                 out.add(side, t)
@@ -567,10 +551,33 @@ class TableDiff:
 
             if not buffer.spilled:
                 return ChangedRows.in_memory(run(*buffer.tables(schemas)))
-            return ChangedRows.from_buckets((run(tb, ta) for tb, ta in buffer.bucket_tables(schemas)), self)
+            tallies: list[DiffCounts] = []
+
+            def run_and_count(pair: tuple[pa.Table, pa.Table]) -> pa.Table:
+                rows = run(*pair)
+                tallies.append(_count(rows.to_batches()))  # counted while in hand, not in a second pass
+                return rows
+
+            changed = ChangedRows.from_buckets(ordered_map(run_and_count, buffer.bucket_tables(schemas)), self,
+                                               key_schema)
+            if narrow is None:
+                self._tally = _sum_counts(tallies)
+            return changed
         finally:
             buffer.close()
             self.plan.fallback_from = self._fallback_from
+
+
+def _sum_counts(parts: Iterable[DiffCounts]) -> DiffCounts:
+    total = DiffCounts()
+    for c in parts:
+        total.inserted += c.inserted
+        total.deleted += c.deleted
+        total.updated += c.updated
+        total.cells_changed += c.cells_changed
+        for column, n in c.by_column.items():
+            total.by_column[column] = total.by_column.get(column, 0) + n
+    return total
 
 
 def _count(batches: Iterable[pa.RecordBatch]) -> DiffCounts:

@@ -12,7 +12,8 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from collections import deque
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -26,6 +27,8 @@ CLASSIFY_FACTOR = 4
 SPILL_BUCKETS = 64
 PARTITION_ROWS = 262144  # rows gathered before one partitioning pass (few, large bucket writes)
 _HASH_SEED = 0x7472696D
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -148,27 +151,56 @@ class CandidateBuffer:
         return os.path.join(self.directory or "", f"{'ba'[side]}-{bucket:04d}.arrow")
 
     def _partition(self, side: int, table: pa.Table) -> None:
-        keys = pl.from_arrow(table.select(self.key))
-        assert isinstance(keys, pl.DataFrame)
-        casts = [pl.col(k).cast(self.key_types[k]) for k in self.key if keys.schema[k] != self.key_types[k]]
-        if casts:
-            keys = keys.with_columns(casts)
-        bucket = (keys.hash_rows(seed=_HASH_SEED) % self.buckets).to_arrow()
-        order = pc.sort_indices(bucket)
-        table = table.take(order)
-        bucket = bucket.take(order).to_numpy()
-        import numpy as np
-
-        bounds = np.searchsorted(bucket, np.arange(self.buckets + 1))
         schema = self.schemas[side] or table.schema
-        for b in range(self.buckets):
-            lo, hi = int(bounds[b]), int(bounds[b + 1])
-            if hi == lo:
-                continue
+        for b, part in split_by_bucket(table, self.key, self.key_types, self.buckets):
             writer = self._writers.get((side, b))
             if writer is None:
                 writer = self._writers[(side, b)] = pa.ipc.new_file(self._path(side, b), schema)
-            writer.write_table(table.slice(lo, hi - lo).cast(schema))
+            writer.write_table(part.cast(schema))
+
+
+def split_by_bucket(table: pa.Table, key: Sequence[str], key_types: pl.Schema,
+                    buckets: int) -> Iterator[tuple[int, pa.Table]]:
+    """``(bucket, rows)`` of ``table`` cut by the hash of its key in ``key_types`` (non-empty
+    buckets only, in bucket order): the same key lands in the same bucket whatever table it is in."""
+    import numpy as np
+
+    keys = pl.from_arrow(table.select(list(key)))
+    assert isinstance(keys, pl.DataFrame)
+    casts = [pl.col(k).cast(key_types[k]) for k in key if keys.schema[k] != key_types[k]]
+    if casts:
+        keys = keys.with_columns(casts)
+    bucket = (keys.hash_rows(seed=_HASH_SEED) % buckets).to_arrow()
+    order = pc.sort_indices(bucket)
+    table = table.take(order)
+    bounds = np.searchsorted(bucket.take(order).to_numpy(), np.arange(buckets + 1))
+    for b in range(buckets):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        if hi > lo:
+            yield b, table.slice(lo, hi - lo)
+
+
+#: Threads that classify buckets side by side (polars and Arrow release the GIL while they work).
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` on a few threads, in order, with at most ``workers + 1`` items in flight:
+    the buckets of a spilled diff or merge are worked on side by side, in flat memory."""
+    workers = WORKERS if workers is None else workers
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 @dataclass
@@ -179,28 +211,55 @@ class ChangedRows:
     schema: pa.Schema
     table: pa.Table | None = None
     path: str | None = None
+    #: Spilled rows: the record batches each key-hash bucket holds (in bucket order), and the key
+    #: types the buckets were cut by (:func:`split_by_bucket`) — a merge reads them bucket by
+    #: bucket beside the other side's rows cut the same way, with no second partitioning.
+    bucket_batches: list[int] | None = None
+    key_types: pl.Schema | None = None
 
     @classmethod
     def in_memory(cls, table: pa.Table) -> "ChangedRows":
         return cls(table.schema, table=table)
 
     @classmethod
-    def from_buckets(cls, buckets: Iterator[pa.Table], owner: object) -> "ChangedRows":
-        """Stream per-bucket results to a spill file that lives as long as ``owner``."""
+    def from_buckets(cls, buckets: Iterator[pa.Table], owner: object,
+                     key_types: pl.Schema | None = None) -> "ChangedRows":
+        """Stream per-bucket results (one table per bucket, every bucket in order) to a spill file
+        that lives as long as ``owner``."""
         directory = spill_directory()
         weakref.finalize(owner, shutil.rmtree, directory, True)
         path = os.path.join(directory, "rows.arrow")
         writer = None
         schema = None
+        counts = []
         for t in buckets:
             if writer is None:
                 schema = t.schema
                 writer = pa.ipc.new_file(path, schema)
-            writer.write_table(t.cast(schema))
+            batches = [b for b in t.cast(schema).to_batches() if b.num_rows]
+            for b in batches:
+                writer.write_batch(b)
+            counts.append(len(batches))
         if writer is None:
             raise ValueError("no buckets")
         writer.close()
-        return cls(schema, path=path)
+        return cls(schema, path=path, bucket_batches=counts, key_types=key_types)
+
+    def buckets(self, key_types: pl.Schema, buckets: int) -> Iterator[pa.Table] | None:
+        """Each bucket's rows in turn, if the rows were spilled in ``buckets`` buckets cut by
+        ``key_types``; else None."""
+        if self.path is None or self.bucket_batches is None or len(self.bucket_batches) != buckets \
+                or self.key_types is None or dict(self.key_types) != dict(key_types):
+            return None
+        return self._bucket_tables()
+
+    def _bucket_tables(self) -> Iterator[pa.Table]:
+        with pa.OSFile(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            i = 0
+            for n in self.bucket_batches or []:
+                yield pa.Table.from_batches([reader.get_batch(j) for j in range(i, i + n)], self.schema)
+                i += n
 
     def batches(self, max_rows: int = 65536) -> Iterator[pa.RecordBatch]:
         if self.table is not None:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import lance
 
 CHECK_CHUNK_ROWS = 1 << 20  # row ids checked per read
+#: Above this share of the table, ids are checked by one scan of the key columns, not by takes.
+DENSE_CHECK_FRACTION = 0.05
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,24 @@ def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expec
     if not ds.has_stable_row_ids:  # ids are addresses of another version: look every key up
         by_key = _addresses_by_key(ds, pl.from_arrow(expected), pk)
         return None if by_key is None else _by_fragment(by_key.astype(np.uint64))
+    if len(ids) >= DENSE_CHECK_FRACTION * ds.count_rows():
+        found_addresses, elsewhere = _check_by_scan(ds, ids, expected, pk)
+    else:
+        found_addresses, elsewhere = _check_by_take(ds, ids, expected, pk)
+    if elsewhere:
+        by_key = _addresses_by_key(ds, pl.concat(elsewhere), pk)
+        if by_key is None:
+            return None
+        found_addresses.append(by_key)
+    addresses = np.concatenate(found_addresses).astype(np.uint64) if found_addresses else np.array([], np.uint64)
+    return _by_fragment(addresses)
+
+
+def _check_by_take(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expected: pa.Table,
+                   pk: list[str]) -> tuple[list[np.ndarray], list[Any]]:
+    """(addresses of the ids that hold their expected key, keys found elsewhere): rows taken by id."""
+    import polars as pl
+
     found_addresses, elsewhere = [], []
     for start in range(0, len(ids), CHECK_CHUNK_ROWS):
         chunk = ids.slice(start, CHECK_CHUNK_ROWS)
@@ -83,13 +103,71 @@ def row_offsets(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expec
         missed = pairs.filter(~same).select(pk)
         if missed.height:
             elsewhere.append(missed)
-    if elsewhere:
-        by_key = _addresses_by_key(ds, pl.concat(elsewhere), pk)
-        if by_key is None:
-            return None
-        found_addresses.append(by_key)
-    addresses = np.concatenate(found_addresses).astype(np.uint64) if found_addresses else np.array([], np.uint64)
-    return _by_fragment(addresses)
+    return found_addresses, elsewhere
+
+
+def _check_by_scan(ds: "lance.LanceDataset", ids: pa.Array | pa.ChunkedArray, expected: pa.Table,
+                   pk: list[str]) -> tuple[list[np.ndarray], list[Any]]:
+    """As :func:`_check_by_take`, by one scan of the key columns with row ids and addresses: for
+    a large share of the table, reading every key in order costs far less than a take per row
+    (4M keys: 0.2 s scanned against 1.9 s taken for 2M ids)."""
+    import polars as pl
+
+    wanted = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    index = IdIndex(wanted.cast(pa.uint64()).to_numpy())
+    keys = pl.from_arrow(expected)
+    seen = np.zeros(len(index), dtype=bool)
+    found_addresses: list[np.ndarray] = []
+    for batch in ds.to_batches(columns=pk, with_row_id=True, with_row_address=True, batch_size=1 << 17):
+        hit, pos = index.find(batch.column("_rowid").to_numpy())
+        if not len(pos):
+            continue
+        here = pl.from_arrow(pa.Table.from_batches([batch]).select(pk).filter(pa.array(hit)))
+        there = keys[pos]
+        same = np.ones(len(here), dtype=bool)
+        for k in pk:
+            same &= here[k].eq_missing(there[k]).to_numpy()
+        found_addresses.append(batch.column("_rowaddr").to_numpy()[hit][same])
+        seen[pos[same]] = True
+    missed = keys[np.flatnonzero(~seen)]
+    return found_addresses, [missed] if missed.height else []
+
+
+class IdIndex:
+    """Positions of a set of stable row ids, for looking up the ids a scan meets: one array
+    indexed by id when the ids are dense enough (a gather per id), else a sorted search."""
+
+    DIRECT_SLACK = 8  # a direct table may hold this many slots per id wanted (4 bytes each)
+
+    def __init__(self, ids: np.ndarray):
+        ids = np.asarray(ids, dtype=np.uint64)
+        self._n = len(ids)
+        top = int(ids.max()) + 1 if len(ids) else 0
+        self._direct: np.ndarray | None = None
+        if len(ids) and top <= max(1 << 20, self.DIRECT_SLACK * len(ids)):
+            self._direct = np.full(top, -1, dtype=np.int64)
+            self._direct[ids] = np.arange(len(ids))
+        else:
+            self._order = np.argsort(ids, kind="stable")
+            self._sorted = ids[self._order]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask of ``ids`` in the set, their positions in the set, for the masked ones)."""
+        ids = np.asarray(ids, dtype=np.uint64)
+        if not self._n:
+            return np.zeros(len(ids), dtype=bool), np.array([], dtype=np.int64)
+        if self._direct is not None:
+            inside = ids < np.uint64(len(self._direct))
+            pos = np.full(len(ids), -1, dtype=np.int64)
+            pos[inside] = self._direct[ids[inside]]
+            hit = pos >= 0
+            return hit, pos[hit]
+        at = np.minimum(np.searchsorted(self._sorted, ids), self._n - 1)
+        hit = self._sorted[at] == ids
+        return hit, self._order[at[hit]]
 
 
 def fragment_offsets(addresses: np.ndarray) -> dict[int, np.ndarray]:
@@ -122,12 +200,22 @@ def delete_offsets(ds: "lance.LanceDataset", offsets: Mapping[int, Iterable[int]
     metadata, ids of fragments left empty) for a Lance ``Update``."""
     updated, removed = [], []
     for fragment, rows in sorted(offsets.items()):
-        meta = ds.get_fragment(fragment).delete_rows(np.asarray(rows, dtype=np.uint32).tolist())
+        meta = _delete_rows(ds.get_fragment(fragment), np.asarray(rows, dtype=np.uint32).tolist())
         if meta is None:
             removed.append(fragment)
         else:
             updated.append(meta)
     return updated, removed
+
+
+def _delete_rows(fragment: Any, offsets: list[int]) -> Any:
+    """``fragment.delete_rows(offsets)`` without pylance's copy of the list one int at a time
+    (0.25 s for 2M offsets): the offsets are Python ints already."""
+    raw = getattr(fragment, "_fragment", None)
+    if raw is None or not hasattr(raw, "delete_rows"):
+        return fragment.delete_rows(offsets)
+    result = raw.delete_rows(offsets)
+    return None if result is None else result.metadata()
 
 
 def fragment_json(fragments: Iterable) -> list[str]:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from trimerge.diff.engine import TableDiff
 from trimerge.diff.planner import Snapshot, choose_engine
-from trimerge.diff.spill import CandidateBuffer
+from trimerge.diff.spill import SPILL_BUCKETS, CandidateBuffer, ordered_map, split_by_bucket
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage import arrowtypes
 from trimerge.lineage import derived as derived_decl
@@ -269,8 +269,10 @@ class ThreeWay:
         else:
             plan.by_columns = True
             plan.dest_rows = self.repo.open_table_version(o).count_rows()
-            for ours, theirs in self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema):
-                classified = classify(ours, theirs, o.primary_key, schema.schema, self.granularity)
+            pairs = self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema)
+            # Buckets are classified side by side; the fold, which builds the plan, takes them in turn.
+            for classified in ordered_map(lambda pair: classify(pair[0], pair[1], o.primary_key, schema.schema,
+                                                                self.granularity), pairs):
                 fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
         plan.stats.action = "merged"
         return plan
@@ -343,6 +345,10 @@ def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
         yield ours.rows_with_row_ids(), theirs.rows_with_row_ids()
         return
     key_types = pl.from_arrow(merged.empty_table().select(list(key))).schema
+    sides = [_buckets(d, key, key_types) for d in (ours, theirs)]
+    if sides[0] is not None and sides[1] is not None:  # the spilled diff's buckets, read once
+        yield from zip(sides[0], sides[1])
+        return
     buckets = CandidateBuffer(key, key_types, budget=0)  # partition everything: budget 0 spills at once
     try:
         empty = []
@@ -357,3 +363,14 @@ def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
     finally:
         buckets.close()
 
+
+
+def _buckets(d: TableDiff, key: Sequence[str], key_types: pl.Schema) -> Iterator[pa.Table] | None:
+    """The rows (with row ids) of ``d`` in the key-hash buckets spilled diffs use: read from its
+    spill file bucket by bucket, or cut in memory; None if ``d`` spilled in other buckets."""
+    spilled = d.row_buckets(key_types, SPILL_BUCKETS)
+    if spilled is not None or d.spilled:
+        return spilled
+    rows = d.rows_with_row_ids()
+    parts = dict(split_by_bucket(rows, key, key_types, SPILL_BUCKETS))
+    return (parts.get(b, rows.slice(0, 0)) for b in range(SPILL_BUCKETS))

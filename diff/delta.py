@@ -1,0 +1,77 @@
+"""What one side of a table changed since a version on its Lance lineage, read from row-version
+metadata — the ``delta`` candidate plan's reader.
+
+Lance's own reader (``ds.delta().get_updated_rows()``) evaluates the row-version filter over
+every fragment of the table, ~2.5 µs a row: 5 s for a 4M-row table whatever the change. Row
+versions live with the fragments, so this reader first drops, from metadata alone, the fragments
+that cannot hold a row written since the version: those that existed then with the same data
+files and the same row-version runs (only their deletion file may differ: deletions are read
+separately). It scans the rest with their row-version columns and keeps the rows written after
+the version — the same rows Lance names, at the cost of the fragments written since.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+
+from trimerge.diff.planner import Snapshot
+from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids
+
+CREATED = "_row_created_at_version"
+UPDATED = "_row_last_updated_at_version"
+
+Changes = tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]
+
+
+def _fingerprint(frag: Any) -> tuple:
+    """What decides the row versions a fragment holds: its data files and its version runs."""
+    meta = frag.metadata
+    files = tuple(sorted((d.path, d.base_id, tuple(d.fields)) for d in meta.files))
+    versions = tuple(m.json() if m is not None else None
+                     for m in (meta.created_at_version_meta, meta.last_updated_at_version_meta))
+    return files, versions
+
+
+def written_fragments(snap: Snapshot, version: int) -> list[Any]:
+    """The fragments of ``snap`` that may hold rows inserted or updated after ``version`` (a version
+    in the tree of ``snap``'s Lance branch)."""
+    then = {f.fragment_id: _fingerprint(f) for f in snap.ds.checkout_version(version).get_fragments()}
+    return [f for f in snap.ds.get_fragments() if then.get(f.fragment_id) != _fingerprint(f)]
+
+
+def changes_since(snap: Snapshot, version: int) -> Changes:
+    """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
+    ids of rows deleted) on ``snap``'s lineage since ``version``, streamed in slices."""
+    schema = empty_with_row_ids(snap.ds.schema).schema
+    if snap.tv.version == version:
+        return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
+    # Lance reads a delta from the object's checked-out version: snap.ds is pinned at its version.
+    delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
+    deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
+    fragments = written_fragments(snap, version)
+    updated_ids: list[pa.Array] = []
+
+    def rows() -> Iterator[pa.Table]:
+        if not fragments:
+            return
+        scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
+                                  fragments=fragments, batch_size=1 << 17)
+        for batch in scanner.to_batches():
+            written = batch.column(UPDATED).to_numpy() > version
+            if not written.any():
+                continue
+            batch = batch.filter(pa.array(written))
+            old = batch.column(CREATED).to_numpy() <= version
+            t = conform_batches([batch], schema)
+            if old.any():
+                ids = t.column(ROWID).filter(pa.array(old)).combine_chunks()
+                updated_ids.append(ids.cast(pa.uint64()))
+            yield t
+
+    def ids() -> pa.Array:
+        return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
+
+    return rows(), ids, deleted
+
