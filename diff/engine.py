@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import polars as pl
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff import columns as column_pairs
+from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import changes_since
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
@@ -70,24 +72,6 @@ class SchemaChange:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "column": self.column, "before": self.before, "after": self.after}
-
-
-@dataclass
-class DiffCounts:
-    inserted: int = 0
-    deleted: int = 0
-    updated: int = 0
-    cells_changed: int = 0
-    #: Updated rows per changed column (not compared, not in :meth:`to_json`: see ``summary()``).
-    by_column: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def rows_changed(self) -> int:
-        return self.inserted + self.deleted + self.updated
-
-    def to_json(self) -> dict[str, int]:
-        return {"inserted": self.inserted, "deleted": self.deleted, "updated": self.updated,
-                "cells_changed": self.cells_changed}
 
 
 @dataclass
@@ -145,6 +129,9 @@ class TableDiff:
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
         self._tally: DiffCounts | None = None  # counts of spilled rows, taken as they were classified
+        #: Count without building the changed rows (a caller that likely needs only the counts, e.g.
+        #: a merge that will start from the source's table); rows asked later are built then.
+        self.count_first = False
         self._index_changes: list[dict[str, Any]] | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
@@ -239,10 +226,13 @@ class TableDiff:
         if self._counts is None and self._changed is None and self.engine == "local" and not self.verify \
                 and self.storage_status == "modified" and self.candidate_plan.column_pairs:
             self._counts = self._counts_through_columns()
+        if self._counts is None and self._changed is None and self.count_first and self.engine == "local" \
+                and not self.verify and self.storage_status == "modified":
+            self._counts = self._compute(count_only=True)
         if self._counts is None:
             changed = self._changed_rows()
             # Spilled rows were counted bucket by bucket as they were classified; else one pass.
-            self._counts = self._tally if self._tally is not None else _count(changed.batches())
+            self._counts = self._tally if self._tally is not None else count_rows(changed.batches())
         return self._counts
 
     def rows_through_columns(self) -> tuple[list[pa.Table], ChangedRows] | None:
@@ -282,7 +272,7 @@ class TableDiff:
             rest = self._classify_candidates(narrow)
         except PlanAssumptionError:
             return None
-        return _count([*rest.batches(), *(b for t in narrow for b in t.to_batches())])
+        return count_rows([*rest.batches(), *(b for t in narrow for b in t.to_batches())])
 
     @property
     def status(self) -> Status:
@@ -519,13 +509,14 @@ class TableDiff:
         self.plan = report
 
     # -- classification
-    def _compute(self) -> ChangedRows:
-        """Classify the candidates of the plan; if its metadata promised something the data does
-        not hold (a row id that is gone, a version Lance cannot read), log it and run the next
-        exact plan instead — never a wrong answer, never a crash."""
+    def _compute(self, count_only: bool = False) -> Any:
+        """Classify the candidates of the plan (``count_only``: only count them, see
+        :meth:`count_first`); if its metadata promised something the data does not hold (a row id
+        that is gone, a version Lance cannot read), log it and run the next exact plan instead —
+        never a wrong answer, never a crash."""
         while True:
             try:
-                return self._classify_candidates()
+                return self._count_candidates() if count_only else self._classify_candidates()
             except PlanAssumptionError as exc:
                 tried = self.candidate_plan.method
                 if tried not in FALLBACK:
@@ -536,7 +527,10 @@ class TableDiff:
                 self.plan = DiffPlan(self._candidate_plan.method)
                 self._fallback_from = tried
 
-    def _classify_candidates(self, narrow: list[pa.Table] | None = None) -> ChangedRows:
+    @contextmanager
+    def _collected(self, narrow: list[pa.Table] | None = None) -> Iterator[tuple[CandidateBuffer, tuple, Any]]:
+        """The plan's candidates in a buffer, with both sides' schemas and the classification of
+        one (before, after) pair of them."""
         key, common, added = self.compared_columns()
         schemas = self._side_schemas()
         key_schema = pl.from_arrow(schemas[1].empty_table().select(key)).schema
@@ -545,52 +539,38 @@ class TableDiff:
             self._collect(buffer, narrow)
             columns = [[c for c in s.names if c not in key and c != ROWID] for s in schemas]
 
-            def run(before: pa.Table, after: pa.Table) -> pa.Table:
-                return classify(before, after, key, common, added, before_columns=columns[0],
+            def run(pair: tuple[pa.Table, pa.Table]) -> pa.Table:
+                return classify(pair[0], pair[1], key, common, added, before_columns=columns[0],
                                 after_columns=columns[1])
 
-            if not buffer.spilled:
-                return ChangedRows.in_memory(run(*buffer.tables(schemas)))
-            tallies: list[DiffCounts] = []
-
-            def run_and_count(pair: tuple[pa.Table, pa.Table]) -> pa.Table:
-                rows = run(*pair)
-                tallies.append(_count(rows.to_batches()))  # counted while in hand, not in a second pass
-                return rows
-
-            changed = ChangedRows.from_buckets(ordered_map(run_and_count, buffer.bucket_tables(schemas)), self,
-                                               key_schema)
-            if narrow is None:
-                self._tally = _sum_counts(tallies)
-            return changed
+            yield buffer, schemas, run
         finally:
             buffer.close()
             self.plan.fallback_from = self._fallback_from
 
+    def _classify_candidates(self, narrow: list[pa.Table] | None = None) -> ChangedRows:
+        with self._collected(narrow) as (buffer, schemas, run):
+            if not buffer.spilled:
+                return ChangedRows.in_memory(run(buffer.tables(schemas)))
+            tallies: list[DiffCounts] = []
 
-def _sum_counts(parts: Iterable[DiffCounts]) -> DiffCounts:
-    total = DiffCounts()
-    for c in parts:
-        total.inserted += c.inserted
-        total.deleted += c.deleted
-        total.updated += c.updated
-        total.cells_changed += c.cells_changed
-        for column, n in c.by_column.items():
-            total.by_column[column] = total.by_column.get(column, 0) + n
-    return total
+            def run_and_count(pair: tuple[pa.Table, pa.Table]) -> pa.Table:
+                rows = run(pair)
+                tallies.append(count_rows(rows.to_batches()))  # counted while in hand, not in a second pass
+                return rows
 
+            changed = ChangedRows.from_buckets(ordered_map(run_and_count, buffer.bucket_tables(schemas)), self,
+                                               buffer.key_types)
+            if narrow is None:
+                self._tally = sum_counts(tallies)
+            return changed
 
-def _count(batches: Iterable[pa.RecordBatch]) -> DiffCounts:
-    """Counts of classified rows, batch by batch."""
-    import pyarrow.compute as pc
+    def _count_candidates(self) -> DiffCounts:
+        key, common, added = self.compared_columns()
+        with self._collected() as (buffer, schemas, _run):
+            def count(pair: tuple[pa.Table, pa.Table]) -> DiffCounts:
+                return count_changes(pair[0], pair[1], key, common, added)
 
-    c = DiffCounts()
-    for batch in batches:
-        per_change = {v["values"]: v["counts"] for v in pc.value_counts(batch.column("change")).to_pylist()}
-        c.inserted += per_change.get("insert", 0)
-        c.deleted += per_change.get("delete", 0)
-        c.updated += per_change.get("update", 0)
-        c.cells_changed += int(pc.sum(pc.list_value_length(batch.column("changed_columns"))).as_py() or 0)
-        for v in pc.value_counts(pc.list_flatten(batch.column("changed_columns"))).to_pylist():
-            c.by_column[v["values"]] = c.by_column.get(v["values"], 0) + v["counts"]
-    return c
+            if not buffer.spilled:
+                return count(buffer.tables(schemas))
+            return sum_counts(ordered_map(count, buffer.bucket_tables(schemas)))

@@ -13,7 +13,7 @@ import tempfile
 import weakref
 from dataclasses import dataclass
 from collections import deque
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -78,6 +78,8 @@ class CandidateBuffer:
         self._pending_rows = [0, 0]
         self.directory: str | None = None
         self._writers: dict[tuple[int, int], pa.ipc.RecordBatchFileWriter] = {}
+        self._partitioner: Any = None
+        self._in_flight: Any = None
 
     @property
     def spilled(self) -> bool:
@@ -109,9 +111,25 @@ class CandidateBuffer:
 
     def _flush(self, side: int) -> None:
         if self._pending[side]:
-            self._partition(side, pa.concat_tables(self._pending[side], promote_options="permissive"))
+            table = pa.concat_tables(self._pending[side], promote_options="permissive")
+            # Partitioned on a helper thread while the next rows are read; one slice in flight
+            # keeps the memory flat (Arrow and polars release the GIL).
+            self._wait()
+            if WORKERS <= 1:
+                self._partition(side, table)
+            else:
+                if self._partitioner is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._partitioner = ThreadPoolExecutor(1)
+                self._in_flight = self._partitioner.submit(self._partition, side, table)
         self._pending[side].clear()
         self._pending_rows[side] = 0
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            done, self._in_flight = self._in_flight, None
+            done.result()
 
     def tables(self, empty: tuple[pa.Schema, pa.Schema]) -> tuple[pa.Table, pa.Table]:
         """In-memory candidates of both sides (only when nothing was spilled)."""
@@ -125,6 +143,7 @@ class CandidateBuffer:
         assert self.directory is not None
         self._flush(0)
         self._flush(1)
+        self._wait()
         for w in self._writers.values():
             w.close()
         self._writers.clear()
@@ -140,6 +159,13 @@ class CandidateBuffer:
             yield out[0], out[1]
 
     def close(self) -> None:
+        if self._partitioner is not None:
+            try:
+                self._wait()
+            except Exception:  # noqa: BLE001 - closing after a failure: the first error is the one raised
+                pass
+            self._partitioner.shutdown()
+            self._partitioner = None
         for w in self._writers.values():
             w.close()
         self._writers.clear()
@@ -181,7 +207,7 @@ def split_by_bucket(table: pa.Table, key: Sequence[str], key_types: pl.Schema,
 
 
 #: Threads that classify buckets side by side (polars and Arrow release the GIL while they work).
-WORKERS = max(1, min(4, os.cpu_count() or 1))
+WORKERS = int(os.environ.get("TRIMERGE_THREADS") or max(1, min(4, os.cpu_count() or 1)))
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int | None = None) -> Iterator[R]:

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
 
 
+#: Row replacements of at least this many rows write the new rows beside the deletion of the old.
+PARALLEL_WRITE_ROWS = 65536
+
+
 class FragmentWrites:
     """Row-id and fragment writes of a transaction (see the module docstring)."""
 
@@ -53,21 +57,38 @@ class FragmentWrites:
         pk = list(self._table(name).primary_key)
         ds = self._writable(name)
         ids = row_ids.cast(pa.uint64()) if isinstance(row_ids, (pa.Array, pa.ChunkedArray)) else pa.array(row_ids, pa.uint64())
-        offsets = row_offsets(ds, ids, expected_keys, pk)
-        if offsets is None:
-            return False
-        updated, removed = delete_offsets(ds, offsets)
         what = f"replace rows in {name}"
-        if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
-            new_fragments = write_fragments(pa.RecordBatchReader.from_batches(
-                ds.schema, tbl.checked_batches(rows, ds.schema, pk, what)), ds)
-        else:
+
+        def write() -> list:
+            if isinstance(rows, pa.RecordBatchReader):  # streamed: checked batch by batch as it is written
+                return write_fragments(pa.RecordBatchReader.from_batches(
+                    ds.schema, tbl.checked_batches(rows, ds.schema, pk, what)), ds)
             table = tbl.to_arrow(rows)
-            new_fragments = []
-            if table.num_rows:
-                table = tbl.conform(table, ds.schema, what)
-                tbl.check_primary_key(table, pk, what)
-                new_fragments = write_fragments(table, ds)
+            if not table.num_rows:
+                return []
+            table = tbl.conform(table, ds.schema, what)
+            tbl.check_primary_key(table, pk, what)
+            return write_fragments(table, ds)
+
+        if len(ids) < PARALLEL_WRITE_ROWS:
+            offsets = row_offsets(ds, ids, expected_keys, pk)
+            if offsets is None:
+                return False
+            updated, removed = delete_offsets(ds, offsets)
+            new_fragments = write()
+        else:
+            # Many rows: the new rows are written while the old ones are found and deleted (two
+            # cores). Should a key be missing, the written files are never committed (gc removes them).
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                written = pool.submit(write)
+                offsets = row_offsets(ds, ids, expected_keys, pk)
+                deleted = delete_offsets(ds, offsets) if offsets is not None else None
+                new_fragments = written.result()
+            if deleted is None:
+                return False
+            updated, removed = deleted
         self._commit_update(name, ds, updated, removed, new_fragments, f"replace rows {name}")
         return True
 

@@ -55,6 +55,30 @@ class TablePlan:
         return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes
                     or self.column_updates or (self.executed is not None and self.executed.writes))
 
+    def part(self) -> "TablePlan":
+        """An empty plan with this plan's settings, for the fold of one key bucket elsewhere (a
+        helper thread); :meth:`absorb` then adds what that fold found."""
+        return TablePlan(self.name, by_columns=self.by_columns, dest_rows=self.dest_rows, declared=self.declared,
+                         restore_columns=self.restore_columns, merged_schema=self.merged_schema)
+
+    def absorb(self, part: "TablePlan") -> None:
+        """Add the row edits and counts of a bucket's plan (:meth:`part`) to this one."""
+        for name in ("rows_from_source", "converged", "cells_merged", "conflicts", "resolved", "stale"):
+            setattr(self.stats, name, getattr(self.stats, name) + getattr(part.stats, name))
+        for table in part.upserts.tables():
+            self.upserts.append(table)
+        part.upserts.close()
+        for columns, spool in part.column_updates.items():
+            target = self.column_updates.setdefault(columns, RowSpool())
+            for table in spool.tables():
+                target.append(table)
+            spool.close()
+        self.deletes.extend(part.deletes)
+        self.dest_row_ids.extend(part.dest_row_ids)
+        self.dest_row_keys.extend(part.dest_row_keys)
+        self.ids_complete = self.ids_complete and part.ids_complete
+        self.stale.extend(part.stale)
+
     def replace(self, ids: pa.Array, keys: pa.Table) -> None:
         """Remember that dest's rows ``ids`` (holding ``keys``) are replaced or deleted."""
         if ids.null_count:

@@ -25,6 +25,7 @@ from trimerge.lineage import derived as derived_decl
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository
+from trimerge.merge import sourceside
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan
 from trimerge.merge.indices import definitions, merge_definitions
@@ -233,6 +234,7 @@ class ThreeWay:
     def merge_rows(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> TablePlan:
         name = plan.name
         d_o, d_t = self.diff(name, b, o), self.diff(name, b, t)
+        d_t.count_first = b is not None and sourceside.likely(d_o, d_t)
         if d_o.engine == d_t.engine == "spark":  # both counted (and their rows kept) by one Spark job
             from trimerge.diff.spark import count_together
 
@@ -266,16 +268,39 @@ class ThreeWay:
             return plan
         if "spark" in (d_o.engine, d_t.engine) and not plan.restore_columns:  # restoring rewrites every row id
             self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
+        elif sourceside.applies(plan, d_o, d_t, schema.schema) and sourceside.pays(d_o, d_t):
+            # The source changed far more than dest: start from its table, write dest's keys onto it.
+            sourceside.merge_onto_source(plan, d_o, d_t, o.primary_key, schema.schema, self.granularity,
+                                         self.resolver, lambda c: self.report(plan, c))
         else:
             plan.by_columns = True
             plan.dest_rows = self.repo.open_table_version(o).count_rows()
-            pairs = self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema)
-            # Buckets are classified side by side; the fold, which builds the plan, takes them in turn.
-            for classified in ordered_map(lambda pair: classify(pair[0], pair[1], o.primary_key, schema.schema,
-                                                                self.granularity), pairs):
-                fold(plan, classified, self.resolver, schema.schema, lambda c: self.report(plan, c))
+            self.fold_buckets(plan, self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema),
+                              o.primary_key, schema.schema)
         plan.stats.action = "merged"
         return plan
+
+    def fold_buckets(self, plan: TablePlan, pairs: Iterator[tuple[pa.Table, pa.Table]], key: Sequence[str],
+                     merged: pa.Schema) -> None:
+        """Classify and fold each (ours, theirs) pair of rows (key-hash buckets of a large merge),
+        side by side on a few threads. Each bucket folds into a plan of its own, added to ``plan``
+        in bucket order, so the result and the order of conflicts do not depend on the threads.
+        Hand resolutions are looked up (and marked used) by one thread: those folds run in turn."""
+        def work(pair: tuple[pa.Table, pa.Table]) -> tuple[Any, TablePlan | None, list[Conflict]]:
+            classified = classify(pair[0], pair[1], key, merged, self.granularity)
+            if self.resolver.by_hand:
+                return classified, None, []
+            part, found = plan.part(), []
+            fold(part, classified, self.resolver, merged, found.append)
+            return None, part, found
+
+        for classified, part, found in ordered_map(work, pairs):
+            if part is None:
+                fold(plan, classified, self.resolver, merged, lambda c: self.report(plan, c))
+                continue
+            plan.absorb(part)
+            for conflict in found:
+                self.report(plan, conflict)
 
     def narrowed_rows(self, plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: Sequence[str],
                       merged: pa.Schema) -> Iterator[tuple[pa.Table, pa.Table]]:

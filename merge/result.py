@@ -126,10 +126,14 @@ class TableMergeStats:
     resolved: int = 0  # conflicts resolved by the strategy
     schema_changes: list[str] = field(default_factory=list)
     stale: int = 0  # rows whose derived value and inputs come from different sides (lineage.derived)
+    #: How the rows were merged: ``dest`` (the source's changes written into dest's table) or
+    #: ``source`` (dest's changes written onto the source's table, :mod:`trimerge.merge.sourceside`).
+    plan: str = "dest"
 
     def to_json(self) -> dict[str, Any]:
-        """The report's stable keys (stale rows are listed apart: ``MergeResult.stale``)."""
-        return {k: v for k, v in self.__dict__.items() if k != "stale"}
+        """The report's stable keys (stale rows are listed apart: ``MergeResult.stale``; the plan
+        is how, not what)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("stale", "plan")}
 
 
 @dataclass

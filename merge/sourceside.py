@@ -1,0 +1,148 @@
+"""The source-side plan of a row merge: start from the source's table and apply dest's changes.
+
+A three-way merge is symmetric in its data: the merged table is the source's table with dest's
+changes applied as much as it is dest's table with the source's. The usual plan
+(:meth:`trimerge.merge.plan.ThreeWay.merge_rows`) takes the second way — every row the source
+changed is read, classified, folded and rewritten into dest's table — so its cost follows the
+source's change. When the source changed far more rows than dest (a nightly reload, a branch that
+recomputed a column), this plan takes the first way: dest's table becomes the source's Lance
+version (its fragments shared, nothing copied) and only the keys dest changed are written onto it.
+Its cost follows dest's change.
+
+The result is the same table, the same conflicts and the same counts, because the same rules
+decide every key:
+
+* keys only the source changed: the source's row, which the source's table already holds;
+* keys dest changed: the source's diff restricted to those keys (the base's and the source's rows
+  read by key, classified by the diff's own rules) is classified against dest's diff and folded
+  exactly as in the usual plan (:func:`trimerge.merge.rows.fold`). The rows the fold writes are
+  written; keys it deletes are deleted; every other key of dest's change keeps dest's row (or its
+  absence), which is written onto the source's table;
+* ``rows_from_source`` counts the source's changed rows outside dest's keys from the source's
+  diff counts, as the fold would have counted them one by one.
+
+It applies where the two tables differ in rows only: same key, same schema on both sides and in
+the merge, no column to add, drop, widen or restore, a local merge.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trimerge.diff.engine import TableDiff
+from trimerge.diff.rules import classify as classify_diff
+from trimerge.lineage import arrowtypes
+from trimerge.lineage.errors import InvalidOperationError
+from trimerge.lineage.tables import rows_with_keys
+from trimerge.merge.classify import classify
+from trimerge.merge.edits import TablePlan, conform_rows
+from trimerge.merge.resolve import Resolver
+from trimerge.merge.result import Conflict
+from trimerge.merge.rows import fold
+
+#: The source-side plan is chosen when the source changed at least this many times the rows dest
+#: changed (writing dest's rows by key costs more per row than replacing rows by id), and at least
+#: :data:`MIN_SOURCE_ROWS` rows: below that both plans take well under a second.
+SOURCE_SIDE_FACTOR = 4
+MIN_SOURCE_ROWS = 50_000
+PLANS = ("auto", "dest", "source")
+
+
+def plan_choice() -> str:
+    """``TRIMERGE_MERGE_PLAN``: ``auto`` (by change size), ``dest`` (always the usual plan) or
+    ``source`` (this plan wherever it applies)."""
+    choice = (os.environ.get("TRIMERGE_MERGE_PLAN") or "auto").strip().lower()
+    if choice not in PLANS:
+        raise InvalidOperationError(f"TRIMERGE_MERGE_PLAN={choice!r}: use one of {', '.join(PLANS)}")
+    return choice
+
+
+def applies(plan: TablePlan, ours: TableDiff, theirs: TableDiff, merged: pa.Schema) -> bool:
+    """Whether the merge of this table may start from the source's table (see the module docstring)."""
+    b, o, t = (theirs.before_snapshot, ours.after_snapshot, theirs.after_snapshot)
+    if "spark" in (ours.engine, theirs.engine) or b.tv is None or o.tv is None or t.tv is None:
+        return False
+    if plan.add_columns or plan.widen or plan.drop_columns or plan.restore_columns:
+        return False
+    if not (tuple(b.tv.primary_key) == tuple(o.tv.primary_key) == tuple(t.tv.primary_key)):
+        return False
+    same = [[(f.name, f.type) for f in s] for s in (b.ds.schema, o.ds.schema, t.ds.schema, merged)]
+    return same[0] == same[1] == same[2] == same[3] and not ours.spilled
+
+
+def pays(ours: TableDiff, theirs: TableDiff) -> bool:
+    """Whether the source-side plan is the cheaper one, by the two diffs' sizes (or as forced)."""
+    choice = plan_choice()
+    if choice != "auto":
+        return choice == "source"
+    changed = theirs.counts.rows_changed
+    return changed >= MIN_SOURCE_ROWS and changed >= SOURCE_SIDE_FACTOR * ours.counts.rows_changed
+
+
+def likely(ours: TableDiff, theirs: TableDiff) -> bool:
+    """Whether :func:`pays` will likely hold, from the diffs' plans alone (no row read): the
+    source's diff is then only counted, not built (:attr:`TableDiff.count_first`)."""
+    choice = plan_choice()
+    if choice != "auto":
+        return choice == "source"
+    planned = theirs.candidate_plan.estimated_rows
+    return planned >= 2 * MIN_SOURCE_ROWS and planned >= SOURCE_SIDE_FACTOR * ours.candidate_plan.estimated_rows
+
+
+def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: Sequence[str], merged: pa.Schema,
+                      granularity: str, resolver: Resolver, report: Callable[[Conflict], None]) -> None:
+    """Fill ``plan`` so that its publish makes dest's table the source's table plus dest's changes."""
+    key = list(key)
+    ours_rows = ours.rows_with_row_ids()
+    keys_o = ours_rows.select(key)
+    theirs_rows = _restricted(theirs, keys_o)
+    part = plan.part()
+    fold(part, classify(ours_rows, theirs_rows, key, merged, granularity), resolver, merged, report)
+    decided = [t.select(key) for t in part.upserts.tables()] + [t.select(key) for t in part.deletes]
+    kept = _without(ours_rows, decided, key)  # dest's change the fold left as it is: dest's rows
+    present = pc.is_valid(kept.column("after"))
+    rows = kept.filter(present)
+    after = rows.column("after").combine_chunks() if rows.num_rows else None
+    own = pa.table([rows.column(k) for k in key] + [after.field(i) for i in range(after.type.num_fields)],
+                   names=key + [after.type.field(i).name for i in range(after.type.num_fields)]) \
+        if after is not None else None
+    plan.set_to = theirs.after_snapshot.tv
+    plan.stats.plan = "source"
+    plan.absorb(part)
+    plan.dest_row_ids, plan.dest_row_keys = [], []
+    plan.ids_complete = False  # written by key onto the source's table, not at dest's row ids
+    plan.stats.rows_from_source += theirs.counts.rows_changed - theirs_rows.num_rows  # keys only the source changed
+    if own is not None and own.num_rows:
+        plan.upserts.append(conform_rows(own, merged))
+    plan.deletes.append(kept.filter(pc.invert(present)).select(key))
+
+
+def _restricted(theirs: TableDiff, keys: pa.Table) -> pa.Table:
+    """The source's diff rows (as :meth:`TableDiff.rows_with_row_ids`) for ``keys`` only: the
+    base's and the source's rows of those keys read by key and classified by the diff's rules —
+    the same rows the whole diff holds for those keys."""
+    key, common, added = theirs.compared_columns()
+    b, a = theirs.before_snapshot.ds, theirs.after_snapshot.ds
+    before = rows_with_keys(b, keys, with_row_id=True) if keys.num_rows else b.to_table(limit=0, with_row_id=True)
+    after = rows_with_keys(a, keys, with_row_id=True) if keys.num_rows else a.to_table(limit=0, with_row_id=True)
+    return classify_diff(before, after, key, common, added, [c for c in b.schema.names if c not in key],
+                         [c for c in a.schema.names if c not in key])
+
+
+def _without(rows: pa.Table, tables: list[pa.Table], key: list[str]) -> pa.Table:
+    """The rows of ``rows`` whose key is in none of ``tables``."""
+    import polars as pl
+
+    tables = [t for t in tables if t.num_rows]
+    if not tables or not rows.num_rows:
+        return rows
+    mine = arrowtypes.to_polars(rows.select(key)).with_row_index("\x01at")
+    types = mine.schema
+    other = pl.concat([arrowtypes.to_polars(t).with_columns([pl.col(k).cast(types[k]) for k in key])
+                       for t in tables]).unique()
+    keep = mine.join(other, on=key, how="anti", nulls_equal=True)["\x01at"].sort()
+    return rows.take(keep.to_arrow())
