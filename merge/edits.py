@@ -49,11 +49,15 @@ class TablePlan:
     declared: dict[str, tuple[str, ...]] = field(default_factory=dict)  # in force for the fold (stale rows)
     stale: list[pa.Table] = field(default_factory=list)  # keys of stale rows (reported)
     column_updates: dict[tuple[str, ...], "RowSpool"] = field(default_factory=dict)
+    #: Row addresses, in ``set_to``'s version, of rows the ``upserts`` replace (every other
+    #: located row is deleted): written with no key lookup (:mod:`trimerge.merge.sourceside`).
+    located: Any = None
 
     @property
     def writes(self) -> bool:
         return bool(self.add_columns or self.widen or self.drop_columns or self.upserts.num_rows or self.deletes
-                    or self.column_updates or (self.executed is not None and self.executed.writes))
+                    or self.column_updates or (self.executed is not None and self.executed.writes)
+                    or (self.located is not None and len(self.located)))
 
     def part(self) -> "TablePlan":
         """An empty plan with this plan's settings, for the fold of one key bucket elsewhere (a

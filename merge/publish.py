@@ -49,6 +49,11 @@ def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None
         tx.update(name, pa.concat_tables(parts) if len(parts) > 1 else parts[0])  # columns or rows, by cost
         spool.close()
     schema = tx.schema(name)
+    if plan.located is not None:  # rows found where they are: replaced with no lookup
+        parts = [conform_rows(part, schema).cast(schema) for part in plan.upserts.tables()]
+        tx.replace_located(name, plan.located, pa.concat_tables(parts) if parts else schema.empty_table(),
+                           f"merge onto {name}")
+        return
 
     def conformed() -> Iterator[pa.Table]:
         for part in plan.upserts.tables():

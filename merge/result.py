@@ -219,6 +219,8 @@ class MergeResult:
             "stale": {t: [{k: jsonable(v) for k, v in key.items()} for key in keys]
                       for t, keys in sorted(self.stale.items())},
             "checks": [c.to_json() for c in self.checks],
+            # how each table merged row by row was written (trimerge.merge.sourceside)
+            "plans": {n: s.plan for n, s in sorted(self.stats.items()) if s.action == "merged"},
         }
 
     def report(self, fmt: str = "markdown") -> str:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import trimerge
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.merge import MergeConflictError, merge
+from trimerge.merge import MergeConflictError, merge, sourceside
 from test_merge_properties import Side, base_strategy, prop_settings, script, to_table
 
 OPTIONS = [{}, {"granularity": "row"}, {"strategy": "source-wins"}, {"strategy": "dest-wins"}]
@@ -74,6 +74,8 @@ def test_both_plans_give_the_same_merge(monkeypatch, base, edits_a, edits_b):
             Side(repo, branch).apply(edits)
         used = set()
         for source, dest in (("a", "b"), ("b", "a")):
+            # dest's keys are found in the source's table by the key index, or by a scan of the keys
+            monkeypatch.setattr(sourceside, "SCAN_KEYS", 1000 if source == "a" else 0)
             for options in OPTIONS:
                 dry = {plan: run(monkeypatch, plan, source, dest, repo=repo, dry_run=True, **options)
                        for plan in ("dest", "source")}
@@ -121,6 +123,7 @@ def test_hand_resolutions_and_derived_columns_under_both_plans(monkeypatch, tmp_
 
 def test_auto_chooses_the_source_plan_for_a_large_source_change(monkeypatch, tmp_path):
     repo = trimerge.Repository.init(tmp_path / "repo")
+    monkeypatch.setattr(sourceside, "MIN_SOURCE_ROWS", 100_000)  # the rule, on a smaller table
     n = 120_000
     ids = np.arange(n, dtype=np.int64)
     repo.create_table("t", pa.table({"id": ids, "v": ids * 2, "s": pa.array([f"r{i}" for i in range(n)])}), ["id"])
