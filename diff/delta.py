@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from trimerge.diff.planner import Snapshot
-from trimerge.diff.reads import ROWID, conform_batches, empty_with_row_ids
+from trimerge.diff.reads import ROWID, SCAN_IO_BUFFER, conform_batches, empty_with_row_ids
 
 CREATED = "_row_created_at_version"
 UPDATED = "_row_last_updated_at_version"
@@ -44,11 +44,13 @@ def written_fragments(snap: Snapshot, version: int) -> list[Any]:
 def changes_since(snap: Snapshot, version: int) -> Changes:
     """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
     ids of rows deleted) on ``snap``'s lineage since ``version``, streamed in slices."""
+    assert snap.tv is not None, "a delta is read from an existing table"
+    tv = snap.tv
     schema = empty_with_row_ids(snap.ds.schema).schema
-    if snap.tv.version == version:
+    if tv.version == version:
         return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
     # Lance reads a delta from the object's checked-out version: snap.ds is pinned at its version.
-    delta = snap.ds.delta(begin_version=version, end_version=snap.tv.version)
+    delta = snap.ds.delta(begin_version=version, end_version=tv.version)
     deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
     fragments = written_fragments(snap, version)
     updated_ids: list[pa.Array] = []
@@ -57,7 +59,7 @@ def changes_since(snap: Snapshot, version: int) -> Changes:
         if not fragments:
             return
         scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
-                                  fragments=fragments, batch_size=1 << 17)
+                                  fragments=fragments, batch_size=1 << 17, io_buffer_size=SCAN_IO_BUFFER)
         for batch in scanner.to_batches():
             written = batch.column(UPDATED).to_numpy() > version
             if not written.any():

@@ -30,6 +30,9 @@ def conform_batches(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.
 
 
 SCAN_BATCH_ROWS = 131072
+#: Bytes Lance may read ahead of a scan's consumer (its default is gigabytes: a large diff that
+#: spills more slowly than Lance reads would hold the table's bytes in memory).
+SCAN_IO_BUFFER = 128 << 20
 
 
 def scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
@@ -38,7 +41,8 @@ def scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
     schema = empty_with_row_ids(snap.ds.schema).schema
     pending: list[pa.RecordBatch] = []
     size = 0
-    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **kwargs).to_batches():
+    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, io_buffer_size=SCAN_IO_BUFFER,
+                                 **kwargs).to_batches():
         pending.append(batch)
         size += batch.num_rows
         if size >= SCAN_BATCH_ROWS:

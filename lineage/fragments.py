@@ -144,9 +144,9 @@ class IdIndex:
         self._n = len(ids)
         top = int(ids.max()) + 1 if len(ids) else 0
         self._direct: np.ndarray | None = None
-        if len(ids) and top <= max(1 << 20, self.DIRECT_SLACK * len(ids)):
-            self._direct = np.full(top, -1, dtype=np.int64)
-            self._direct[ids] = np.arange(len(ids))
+        if len(ids) and top <= max(1 << 20, self.DIRECT_SLACK * len(ids)) and len(ids) < 2 ** 31:
+            self._direct = np.full(top, -1, dtype=np.int32)  # 4 bytes a slot: 80 MB for 20M ids
+            self._direct[ids] = np.arange(len(ids), dtype=np.int32)
         else:
             self._order = np.argsort(ids, kind="stable")
             self._sorted = ids[self._order]
