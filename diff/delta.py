@@ -22,7 +22,7 @@ from trimerge.diff.reads import ROWID, SCAN_IO_BUFFER, conform_batches, empty_wi
 CREATED = "_row_created_at_version"
 UPDATED = "_row_last_updated_at_version"
 
-Changes = tuple[Iterator[pa.Table], Callable[[], pa.Array], pa.Array]
+Changes = tuple[Iterator[pa.Table], Callable[[], pa.Array], Callable[[], pa.Array]]
 
 
 def _fingerprint(frag: Any) -> tuple:
@@ -42,38 +42,50 @@ def written_fragments(snap: Snapshot, version: int) -> list[Any]:
 
 
 def changes_since(snap: Snapshot, version: int) -> Changes:
-    """(rows updated or inserted, ids of rows updated — complete once the rows were consumed —,
-    ids of rows deleted) on ``snap``'s lineage since ``version``, streamed in slices."""
+    """(rows updated or inserted, ids of rows updated, ids of rows deleted) on ``snap``'s lineage
+    since ``version``; the rows are streamed in slices, the ids are complete once they were consumed.
+
+    Deleted ids: a row live at ``version`` is live now (same stable id) or deleted, so the rows
+    deleted number ``live then + inserted - live now`` (from metadata and the rows read). When
+    that is none — a reload or a recomputed column, where Lance's own answer costs a pass over the
+    table — Lance is not asked."""
     assert snap.tv is not None, "a delta is read from an existing table"
     tv = snap.tv
     schema = empty_with_row_ids(snap.ds.schema).schema
     if tv.version == version:
-        return iter(()), lambda: pa.array([], pa.uint64()), pa.array([], pa.uint64())
-    # Lance reads a delta from the object's checked-out version: snap.ds is pinned at its version.
-    delta = snap.ds.delta(begin_version=version, end_version=tv.version)
-    deleted = delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
+        return iter(()), lambda: pa.array([], pa.uint64()), lambda: pa.array([], pa.uint64())
     fragments = written_fragments(snap, version)
     updated_ids: list[pa.Array] = []
+    seen = {"inserted": 0, "complete": False}
 
     def rows() -> Iterator[pa.Table]:
-        if not fragments:
-            return
-        scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
-                                  fragments=fragments, batch_size=1 << 17, io_buffer_size=SCAN_IO_BUFFER)
-        for batch in scanner.to_batches():
-            written = batch.column(UPDATED).to_numpy() > version
-            if not written.any():
-                continue
-            batch = batch.filter(pa.array(written))
-            old = batch.column(CREATED).to_numpy() <= version
-            t = conform_batches([batch], schema)
-            if old.any():
-                ids = t.column(ROWID).filter(pa.array(old)).combine_chunks()
-                updated_ids.append(ids.cast(pa.uint64()))
-            yield t
+        if fragments:
+            scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
+                                      fragments=fragments, batch_size=1 << 17, io_buffer_size=SCAN_IO_BUFFER)
+            for batch in scanner.to_batches():
+                written = batch.column(UPDATED).to_numpy() > version
+                if not written.any():
+                    continue
+                batch = batch.filter(pa.array(written))
+                old = batch.column(CREATED).to_numpy() <= version
+                seen["inserted"] += int((~old).sum())
+                t = conform_batches([batch], schema)
+                if old.any():
+                    ids = t.column(ROWID).filter(pa.array(old)).combine_chunks()
+                    updated_ids.append(ids.cast(pa.uint64()))
+                yield t
+        seen["complete"] = True
 
     def ids() -> pa.Array:
         return pa.concat_arrays(updated_ids) if updated_ids else pa.array([], pa.uint64())
 
-    return rows(), ids, deleted
+    def deleted() -> pa.Array:
+        if seen["complete"]:
+            gone = snap.ds.checkout_version(version).count_rows() + seen["inserted"] - snap.ds.count_rows()
+            if gone == 0:
+                return pa.array([], pa.uint64())
+        # Lance reads a delta from the object's checked-out version: snap.ds is pinned at its version.
+        delta = snap.ds.delta(begin_version=version, end_version=tv.version)
+        return delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
 
+    return rows(), ids, deleted

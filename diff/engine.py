@@ -458,12 +458,13 @@ class TableDiff:
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
         b, a = self.before_snapshot, self.after_snapshot
-        rows_b, ids_b, del_b = changes_since(b, common)
-        rows_a, ids_a, del_a = changes_since(a, common)
+        rows_b, ids_b, deleted_b = changes_since(b, common)
+        rows_a, ids_a, deleted_a = changes_since(a, common)
         for side, parts in ((0, rows_b), (1, rows_a)):
             for t in parts:
                 out.add(side, t)
         upd_b, upd_a = ids_b(), ids_a()
+        del_b, del_a = deleted_b(), deleted_a()
         # A row touched on one side only is fetched from the other: (touched on a) - (touched on b)
         # is read from b and vice versa.
         touched_b, touched_a = pa.concat_arrays([upd_b, del_b]), pa.concat_arrays([upd_a, del_a])
