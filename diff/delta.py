@@ -89,3 +89,19 @@ def changes_since(snap: Snapshot, version: int) -> Changes:
         return delta.get_deleted_row_ids().read_all().column(ROWID).combine_chunks().cast(pa.uint64())
 
     return rows(), ids, deleted
+
+
+def written_row_ids(snap: Snapshot, version: int) -> Any:
+    """The stable row ids (a numpy array) of the rows ``snap`` updated since ``version`` — rows
+    that existed then and were written since — read from row-version metadata only."""
+    import numpy as np
+
+    fragments = written_fragments(snap, version)
+    if not fragments:
+        return np.array([], dtype=np.uint64)
+    out = []
+    for batch in snap.ds.scanner(columns=[CREATED, UPDATED], with_row_id=True, fragments=fragments,
+                                 batch_size=1 << 17).to_batches():
+        keep = (batch.column(UPDATED).to_numpy() > version) & (batch.column(CREATED).to_numpy() <= version)
+        out.append(batch.column(ROWID).to_numpy()[keep].astype(np.uint64))
+    return np.concatenate(out) if out else np.array([], dtype=np.uint64)

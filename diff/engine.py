@@ -32,6 +32,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trimerge.diff import aligned
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import changes_since
@@ -568,10 +569,30 @@ class TableDiff:
 
     def _count_candidates(self) -> DiffCounts:
         key, common, added = self.compared_columns()
-        with self._collected() as (buffer, schemas, _run):
+
+        def count_keyed(buffer: CandidateBuffer, schemas: tuple) -> DiffCounts:
             def count(pair: tuple[pa.Table, pa.Table]) -> DiffCounts:
                 return count_changes(pair[0], pair[1], key, common, added)
 
             if not buffer.spilled:
                 return count(buffer.tables(schemas))
             return sum_counts(ordered_map(count, buffer.bucket_tables(schemas)))
+
+        plan = self.candidate_plan
+        if plan.method == "delta" and aligned.applies(self.before_snapshot, plan.common_version):
+            schemas = self._side_schemas()
+            buffer = CandidateBuffer(key, pl.from_arrow(schemas[1].empty_table().select(key)).schema,
+                                     self._memory_budget)
+            try:
+                paired = aligned.count_aligned(self.before_snapshot, self.after_snapshot, plan.common_version,
+                                               key, common, added, buffer)
+                if paired is not None:
+                    self.plan = DiffPlan("delta", rows_planned=sum(buffer.rows), fallback_from=self._fallback_from)
+                    return sum_counts([paired, count_keyed(buffer, schemas)])
+            except (OSError, ValueError) as exc:  # e.g. a version the delta starts from was cleaned up
+                raise PlanAssumptionError(f"Lance cannot read the delta since version {plan.common_version}: "
+                                          f"{exc}") from exc
+            finally:
+                buffer.close()
+        with self._collected() as (buffer, schemas, _run):
+            return count_keyed(buffer, schemas)

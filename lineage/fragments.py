@@ -141,6 +141,7 @@ class IdIndex:
 
     def __init__(self, ids: np.ndarray):
         ids = np.asarray(ids, dtype=np.uint64)
+        self._ids = ids
         self._n = len(ids)
         top = int(ids.max()) + 1 if len(ids) else 0
         self._direct: np.ndarray | None = None
@@ -153,6 +154,10 @@ class IdIndex:
 
     def __len__(self) -> int:
         return self._n
+
+    def ids(self) -> np.ndarray:
+        """The ids of the set, as given."""
+        return self._ids
 
     def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mask of ``ids`` in the set, their positions in the set, for the masked ones)."""

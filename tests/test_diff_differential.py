@@ -151,6 +151,12 @@ def compare(repo, snaps: Snapshots, a, b, table: str, plan: str, spill: bool = F
             alone = diff(a.id, b.id, repo=repo, tables=[table], engine="local", **kwargs).tables[table].counts
             if alone != counts:
                 problems.append(("counts alone differ from the rows' counts", f"{alone} != {counts}"))
+        # Counts without rows (a merge that counts the source's diff only: TableDiff.count_first).
+        only = diff(a.id, b.id, repo=repo, tables=[table], engine="local", **kwargs).tables[table]
+        only.count_first = True
+        if only.counts != counts or only.counts.by_column != counts.by_column:
+            problems.append(("counts without rows differ from the rows' counts",
+                             f"{only.counts} {only.counts.by_column} != {counts} {counts.by_column}"))
         changed = td.changed
         method = td.plan.method
     except (KeyboardInterrupt, SystemExit):
