@@ -23,7 +23,7 @@ import pyarrow as pa
 from trimerge.diff.counting import DiffCounts
 from trimerge.diff.delta import changes_since, written_row_ids
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
-from trimerge.diff.reads import ROWID, take_all
+from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, scan_ids, take_all
 from trimerge.diff.rules import same_values
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage import arrowtypes
@@ -46,10 +46,13 @@ def count_aligned(before: Snapshot, after: Snapshot, version: int, key: Sequence
     """Counts of the rows ``after`` updated since ``version`` (= ``before``'s version) whose key
     did not change; every other candidate row is added to ``keyed`` (0: before, 1: after). None if
     the streams do not line up (``keyed`` then holds a part: discard it)."""
-    updated = IdIndex(written_row_ids(after, version))
-    rows, _ids, deleted = changes_since(after, version)
-    ids = np.sort(updated.ids())
-    images = (t for _, t in take_all([(before, pa.array(ids, pa.uint64()))]))
+    ids = written_row_ids(after, version)
+    ids.sort()  # in place: a 20M-row change holds a few of these arrays at most
+    updated = IdIndex(ids)
+    rows, _ids, deleted = changes_since(after, version, keep_ids=False)
+    wanted = pa.array(ids, pa.uint64())
+    images = scan_ids(before, wanted, updated) if len(ids) >= DENSE_TAKE_FRACTION * before.ds.count_rows() \
+        else (t for _, t in take_all([(before, wanted)]))
     window = _Window(list(key), list(common), list(added), keyed)
     try:
         for a_rows in rows:

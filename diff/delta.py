@@ -41,9 +41,10 @@ def written_fragments(snap: Snapshot, version: int) -> list[Any]:
     return [f for f in snap.ds.get_fragments() if then.get(f.fragment_id) != _fingerprint(f)]
 
 
-def changes_since(snap: Snapshot, version: int) -> Changes:
+def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Changes:
     """(rows updated or inserted, ids of rows updated, ids of rows deleted) on ``snap``'s lineage
-    since ``version``; the rows are streamed in slices, the ids are complete once they were consumed.
+    since ``version``; the rows are streamed in slices, the ids are complete once they were consumed
+    (``keep_ids=False``: the updated ids are not kept, for a caller that knows them already).
 
     Deleted ids: a row live at ``version`` is live now (same stable id) or deleted, so the rows
     deleted number ``live then + inserted - live now`` (from metadata and the rows read). When
@@ -70,7 +71,7 @@ def changes_since(snap: Snapshot, version: int) -> Changes:
                 old = batch.column(CREATED).to_numpy() <= version
                 seen["inserted"] += int((~old).sum())
                 t = conform_batches([batch], schema)
-                if old.any():
+                if keep_ids and old.any():
                     ids = t.column(ROWID).filter(pa.array(old)).combine_chunks()
                     updated_ids.append(ids.cast(pa.uint64()))
                 yield t

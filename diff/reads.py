@@ -68,9 +68,10 @@ TAKE_CHUNK_ROWS = 1024
 DENSE_TAKE_FRACTION = 0.05
 
 
-def scan_ids(snap: Snapshot, sorted_ids: pa.Array) -> Iterator[pa.Table]:
-    """The rows with these (sorted) stable row ids, by one filtered scan of the table."""
-    index = IdIndex(sorted_ids.to_numpy())
+def scan_ids(snap: Snapshot, sorted_ids: pa.Array, index: IdIndex | None = None) -> Iterator[pa.Table]:
+    """The rows with these (sorted) stable row ids, by one filtered scan of the table (``index``:
+    the ids' index, when the caller has built it already)."""
+    index = index if index is not None else IdIndex(sorted_ids.to_numpy())
     found = 0
     for t in scan(snap):
         hit, _ = index.find(t.column(ROWID).to_numpy())

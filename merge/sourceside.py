@@ -165,9 +165,14 @@ def _rows_of(ds: "lance.LanceDataset", keys: pa.Table, key: list[str]) -> pa.Tab
         found = rows_with_keys(ds, keys, with_row_id=True, with_row_address=True) if keys.num_rows else \
             ds.to_table(limit=0, with_row_id=True, with_row_address=True)
         return found.select([*ds.schema.names, "_rowid", ROWADDR])
-    where = arrowtypes.to_polars(ds.to_table(columns=key, with_row_id=True, with_row_address=True))
-    wanted = arrowtypes.to_polars(keys).with_columns([pl.col(k).cast(where.schema[k]) for k in key])
-    hits = where.join(wanted, on=key, how="semi", nulls_equal=True)
+    wanted = arrowtypes.to_polars(keys)
+    parts = []
+    for batch in ds.to_batches(columns=key, with_row_id=True, with_row_address=True, batch_size=1 << 18):
+        where = arrowtypes.to_polars(pa.Table.from_batches([batch]))  # a slice at a time: flat memory
+        parts.append(where.join(wanted.with_columns([pl.col(k).cast(where.schema[k]) for k in key]), on=key,
+                                how="semi", nulls_equal=True))
+    hits = pl.concat(parts) if parts else pl.DataFrame({"_rowid": [], ROWADDR: []},
+                                                         schema={"_rowid": pl.UInt64, ROWADDR: pl.UInt64})
     ids = hits["_rowid"].to_arrow().cast(pa.uint64())
     rows = ds._take_rows(ids, columns=ds.schema.names) if len(ids) else ds.schema.empty_table()
     return rows.append_column("_rowid", ids).append_column(ROWADDR, hits[ROWADDR].to_arrow().cast(pa.uint64()))
