@@ -50,13 +50,13 @@ if TYPE_CHECKING:
 
 #: The source-side plan is chosen when the source changed at least :data:`MIN_SOURCE_ROWS` rows and
 #: this many times the rows dest changed. Measured on 4M rows of 4 columns with 4,000 rows changed
-#: by dest, each merge in a fresh process (benchmarks/bench_merge_scale.py; both plans forced with
-#: TRIMERGE_MERGE_PLAN): the usual plan costs ~2 µs per source row, this one ~1 µs (it only
-#: counts the source's rows) plus ~0.5 s to find and write dest's keys in the source's table.
-#: Source changes of 40k rows: 0.44 s against 0.93 s; 400k: 1.65-1.71 s against 1.77-1.80 s;
-#: 2M: 4.5-4.9 s against 3.8-3.9 s. Dest's rows cost ~25 times a source row (found by key).
+#: by dest, each merge in a fresh process with each plan forced (TRIMERGE_MERGE_PLAN): the usual
+#: plan costs ~2 µs per source row; this one counts the source's rows by stable row id (~0.5 µs a
+#: row) and pays ~0.5 s to find and write dest's keys in the source's table, ~25 times a source
+#: row each. Source changes of 40k rows: 0.64 s against 1.08 s; 400k: 2.43-2.55 s against
+#: 2.15-2.37 s; 2M: ~4.5 s against 2.5 s (benchmarks/bench_merge_scale.py).
 SOURCE_SIDE_FACTOR = 25
-MIN_SOURCE_ROWS = 1_000_000
+MIN_SOURCE_ROWS = 500_000
 PLANS = ("auto", "dest", "source")
 
 
