@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import trimerge
 from trimerge.diff.engine import Snapshot, TableDiff
@@ -25,6 +26,8 @@ base = repo.merge_base("theirs", "spilled")
 d = TableDiff("t", Snapshot(repo, base.tables["t"]), Snapshot(repo, repo.resolve("theirs").tables["t"]))
 assert d.spilled, "the budget should make the diff spill"
 result = merge("theirs", "spilled", repo=repo, strategy="source-wins")
+import os
+assert result.stats["t"].plan == os.environ["TRIMERGE_MERGE_PLAN"], result.stats["t"].plan
 print(result.stats["t"].rows_from_source, result.stats["t"].resolved)
 """
 
@@ -50,9 +53,12 @@ def _history(path) -> trimerge.Repository:
     return repo
 
 
-def test_a_merge_that_spills_writes_the_same_rows_as_one_in_memory(tmp_path):
+@pytest.mark.parametrize("plan,threads", [("dest", "2"), ("source", "2"), ("dest", "1")])
+def test_a_merge_that_spills_writes_the_same_rows_as_one_in_memory(tmp_path, plan, threads):
+    """Either merge plan (issue 22), on two threads or one, spilled or not: the same rows."""
     repo = _history(tmp_path / "repo")
-    proc = run_python(SPILLED_MERGE, repo.uri, env={"TRIMERGE_DIFF_MEMORY": "2M"}, timeout=300)
+    proc = run_python(SPILLED_MERGE, repo.uri, env={"TRIMERGE_DIFF_MEMORY": "2M", "TRIMERGE_MERGE_PLAN": plan,
+                                                   "TRIMERGE_THREADS": threads}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     in_memory = merge("theirs", "in-memory", repo=repo, strategy="source-wins")
     base = repo.merge_base("theirs", "in-memory")
