@@ -20,11 +20,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.counting import DiffCounts
+from trimerge.diff.counting import DiffCounts, add_updates
 from trimerge.diff.delta import changes_since, written_row_ids
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
 from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, scan_ids, take_all
-from trimerge.diff.rules import same_values
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage import arrowtypes
 from trimerge.lineage.fragments import IdIndex
@@ -135,20 +134,7 @@ class _Window:
             self.keyed.add(0, b.filter(moved))
             self.keyed.add(1, a.filter(moved))
             frame = frame.filter(pl.Series(mask))
-        names = [*self.common, *self.added]
-        if not names or not frame.height:
-            return
-        flags = frame.select(
-            *[(~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), frame.schema[f"b\x00{c}"],
-                            frame.schema[f"a\x00{c}"])).fill_null(False).alias(f"\x00ne{i}")
-              for i, c in enumerate(self.common)],
-            *[pl.col(f"a\x00{c}").is_not_null().alias(f"\x00ne{len(self.common) + i}") for i, c in enumerate(self.added)])
-        self.counts.updated += int(flags.select(pl.any_horizontal(pl.all()).sum()).item())
-        per = flags.sum().row(0)
-        self.counts.cells_changed += int(sum(per))
-        for n, v in zip(names, per):
-            if v:
-                self.counts.by_column[n] = self.counts.by_column.get(n, 0) + int(v)
+        add_updates(self.counts, frame, self.common, self.added)
 
 
 def _pairs(before_ids: np.ndarray, after_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -72,20 +72,31 @@ def count_changes(before: pa.Table, after: pa.Table, key: Sequence[str], common:
     a = a.rename({c: f"a\x00{c}" for c in [*common, *added]}).with_columns(pl.lit(True).alias("\x00in_a"))
     j = b.join(a, on=key, how="full", coalesce=True, nulls_equal=True)
     in_b, in_a = pl.col("\x00in_b").fill_null(False), pl.col("\x00in_a").fill_null(False)
-    both = in_b & in_a
-    differs = [~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), j.schema[f"b\x00{c}"], j.schema[f"a\x00{c}"])
-               for c in common] + [pl.col(f"a\x00{c}").is_not_null() for c in added]
-    names = [*common, *added]
-    flags = j.select((both & d).fill_null(False).alias(f"\x00ne{i}") for i, d in enumerate(differs)) if names \
-        else pl.DataFrame()
     totals = j.select((in_a & ~in_b).sum().alias("ins"), (in_b & ~in_a).sum().alias("del")).row(0)
     c = DiffCounts(inserted=int(totals[0]), deleted=int(totals[1]))
-    if names:
-        c.updated = int(flags.select(pl.any_horizontal(pl.all()).sum()).item())
-        per = flags.sum().row(0)
-        c.cells_changed = int(sum(per))
-        c.by_column = {n: int(v) for n, v in zip(names, per) if v}
+    add_updates(c, j, common, added, in_b & in_a)
     return c
 
 
-__all__ = ["DiffCounts", "ROWID", "count_changes", "count_rows", "sum_counts"]
+def add_updates(counts: DiffCounts, frame: pl.DataFrame, common: Sequence[str], added: Sequence[str],
+                both: pl.Expr | None = None) -> None:
+    """Add to ``counts`` the updated rows of ``frame`` — one row per key on both sides (where
+    ``both`` holds), values as ``b\0<column>`` and ``a\0<column>`` — and their changed cells:
+    a column on both sides whose values differ (the diff's equality rule), or a column only the
+    after side has that is not null."""
+    names = [*common, *added]
+    if not names or not frame.height:
+        return
+    on_both = both if both is not None else pl.lit(True)
+    differs = [~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), frame.schema[f"b\x00{c}"],
+                            frame.schema[f"a\x00{c}"]) for c in common] + \
+        [pl.col(f"a\x00{c}").is_not_null() for c in added]
+    flags = frame.select((on_both & d).fill_null(False).alias(f"\x00ne{i}") for i, d in enumerate(differs))
+    counts.updated += int(flags.select(pl.any_horizontal(pl.all()).sum()).item())
+    per = flags.sum().row(0)
+    counts.cells_changed += int(sum(per))
+    for n, v in zip(names, per):
+        if v:
+            counts.by_column[n] = counts.by_column.get(n, 0) + int(v)
+
+__all__ = ["DiffCounts", "ROWID", "add_updates", "count_changes", "count_rows", "sum_counts"]

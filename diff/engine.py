@@ -24,9 +24,9 @@ key is unique within each snapshot, that key appears nowhere else on either side
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import polars as pl
 import pyarrow as pa
