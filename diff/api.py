@@ -9,7 +9,7 @@ from typing import Any, Literal, Sequence
 import pyarrow as pa
 
 from trimerge.diff.engine import DiffCounts, Progress, TableDiff
-from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine
+from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
@@ -93,7 +93,9 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     ``engine="spark"`` runs every changed table on Spark (``spark``: a SparkSession, default: the
     active one or a new local one); ``"auto"`` plans on the driver and uses Spark only for tables
     whose planned candidate rows exceed ``spark_threshold`` (default
-    ``trimerge.diff.planner.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``).
+    ``trimerge.diff.planner.DEFAULT_SPARK_THRESHOLD``, env ``TRIMERGE_SPARK_THRESHOLD``) — with the
+    default threshold, only when Spark is at hand (``spark`` given, a session active, or
+    ``TRIMERGE_SPARK_MASTER`` set): a Spark started on this machine is slower than the local engine.
 
     The local engine works in memory up to ``memory_budget`` bytes (default 512 MiB, env
     ``TRIMERGE_DIFF_MEMORY``; candidates spill once they pass a quarter of it, since classifying them
@@ -163,8 +165,9 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     if engine != "local":
+        at_hand = spark_at_hand(spark)
         for td in result.tables.values():
-            if choose_engine(engine, td.candidate_plan, spark_threshold) == "spark":
+            if choose_engine(engine, td.candidate_plan, spark_threshold, at_hand) == "spark":
                 from trimerge.diff.spark import get_spark
 
                 spark = spark or get_spark()

@@ -12,6 +12,7 @@ engine (:mod:`trimerge.diff.spark`) both execute this plan; :func:`choose_engine
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,17 @@ class PlanAssumptionError(RuntimeError):
 
 def spark_threshold() -> int:
     return int(os.environ.get("TRIMERGE_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
+
+
+def spark_at_hand(spark: Any = None) -> bool:
+    """Whether Spark can bring other machines without trimerge starting it here: a session was
+    passed, one is active in this process, a master is named (``TRIMERGE_SPARK_MASTER``), or the
+    threshold was set by hand (``TRIMERGE_SPARK_THRESHOLD``). A local Spark session started on this
+    machine is never faster than the local engine, which uses every core in bounded memory."""
+    if spark is not None or os.environ.get("TRIMERGE_SPARK_MASTER") or os.environ.get("TRIMERGE_SPARK_THRESHOLD"):
+        return True
+    session = sys.modules.get("pyspark.sql")  # not imported: no session can be active
+    return session is not None and session.SparkSession.getActiveSession() is not None
 
 
 class Snapshot:
@@ -251,10 +263,14 @@ def columns_cheaper(plan: CandidatePlan) -> bool:
     return whole <= sum(live_rows(p.after) for p in plan.column_pairs)
 
 
-def choose_engine(engine: str, plan: CandidatePlan, threshold: int | None = None) -> str:
-    """``local`` or ``spark`` for one table: as asked, or for ``auto`` by the planned size."""
+def choose_engine(engine: str, plan: CandidatePlan, threshold: int | None = None, at_hand: bool = True) -> str:
+    """``local`` or ``spark`` for one table: as asked, or for ``auto`` by the planned size — above
+    the threshold, and only when Spark is ``at_hand`` (:func:`spark_at_hand`) or the threshold was
+    given."""
     if plan.method == "none" or engine == "local":
         return "local"
     if engine == "spark":
         return "spark"
+    if threshold is None and not at_hand:
+        return "local"
     return "spark" if plan.estimated_rows > (spark_threshold() if threshold is None else threshold) else "local"

@@ -242,7 +242,8 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     ``conflicts``). Several merge bases are merged into a virtual base first (git's recursive
     strategy). ``engine="spark"`` runs the row merge of every table changed on both sides on Spark:
     executors classify, resolve and write the new rows as Lance fragments, the driver commits once
-    (``"auto"``: only tables whose planned rows exceed the threshold; ``spark``: a SparkSession).
+    (``"auto"``: only tables whose planned rows exceed the threshold, when Spark is at hand — see
+    :func:`trimerge.diff.diff`; ``spark``: a SparkSession).
     ``result.conflicts`` holds at most ``max_conflicts`` conflicts (None: all; the count of all is
     ``result.conflicts_total``); ``conflicts_file`` (.parquet, .csv, .jsonl) receives every one,
     ready to be filled in as ``resolutions``. ``verify=True`` (default: env ``TRIMERGE_VERIFY=1``)

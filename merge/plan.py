@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.engine import TableDiff
-from trimerge.diff.planner import Snapshot, choose_engine
+from trimerge.diff.planner import Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.spill import SPILL_BUCKETS, CandidateBuffer, ordered_map, split_by_bucket
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage import arrowtypes
@@ -88,7 +88,8 @@ class ThreeWay:
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
         td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after), verify=self.verify)
-        if self.engine != "local" and choose_engine(self.engine, td.candidate_plan) == "spark":
+        if self.engine != "local" and choose_engine(self.engine, td.candidate_plan,
+                                                     at_hand=spark_at_hand(self.spark)) == "spark":
             from trimerge.diff.spark import get_spark
 
             self.spark = self.spark or get_spark()

@@ -689,6 +689,34 @@ def test_one_function_picks_the_engine_for_diff_and_merge():
     assert choose_engine("spark", big) == "spark" and choose_engine("local", big) == "local"
 
 
+def test_auto_hands_work_to_spark_only_when_spark_can_bring_machines(monkeypatch):
+    """Above the default threshold, ``auto`` starts no Spark of its own on this machine (a 20M-row
+    merge: 15 s locally, 425 s through a local Spark); a given session, an active one, a named
+    master or a threshold set by hand let it hand work over."""
+    from trimerge.diff.planner import DEFAULT_SPARK_THRESHOLD, CandidatePlan, choose_engine, spark_at_hand
+
+    huge = CandidatePlan("fragments", estimated_rows=DEFAULT_SPARK_THRESHOLD + 1)
+    assert choose_engine("auto", huge, at_hand=False) == "local"
+    assert choose_engine("auto", huge, at_hand=True) == "spark"
+    assert choose_engine("auto", huge, threshold=0, at_hand=False) == "spark"  # asked for by hand
+    assert choose_engine("spark", huge, at_hand=False) == "spark"
+    monkeypatch.delenv("TRIMERGE_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("TRIMERGE_SPARK_THRESHOLD", raising=False)
+    assert spark_at_hand(object())
+    monkeypatch.setenv("TRIMERGE_SPARK_MASTER", "spark://127.0.0.1:7077")
+    assert spark_at_hand()
+    monkeypatch.delenv("TRIMERGE_SPARK_MASTER")
+    monkeypatch.setenv("TRIMERGE_SPARK_THRESHOLD", "1000")
+    assert spark_at_hand()
+    monkeypatch.delenv("TRIMERGE_SPARK_THRESHOLD")
+    import subprocess
+    import sys
+
+    fresh = subprocess.run([sys.executable, "-c", "from trimerge.diff.planner import spark_at_hand; "
+                            "print(spark_at_hand())"], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False"  # no session in a fresh process: auto stays local
+
+
 def test_a_key_named_like_a_diff_column_is_a_clear_error(tmp_path):
     from trimerge.lineage.errors import InvalidOperationError
 
