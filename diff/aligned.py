@@ -26,7 +26,6 @@ from trimerge.diff.planner import PlanAssumptionError, Snapshot
 from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, scan_ids, take_all
 from trimerge.diff.spill import CandidateBuffer
 from trimerge.lineage import arrowtypes
-from trimerge.lineage.fragments import IdIndex
 
 #: Unmatched rows (both sides) a window may hold before the streams count as not lined up.
 WINDOW_ROWS = 1 << 20
@@ -45,17 +44,14 @@ def count_aligned(before: Snapshot, after: Snapshot, version: int, key: Sequence
     """Counts of the rows ``after`` updated since ``version`` (= ``before``'s version) whose key
     did not change; every other candidate row is added to ``keyed`` (0: before, 1: after). None if
     the streams do not line up (``keyed`` then holds a part: discard it)."""
-    ids = written_row_ids(after, version)
-    ids.sort()  # in place: a 20M-row change holds a few of these arrays at most
-    updated = IdIndex(ids)
+    updated = written_row_ids(after, version)
     rows, _ids, deleted = changes_since(after, version, keep_ids=False)
-    wanted = pa.array(ids, pa.uint64())
-    images = scan_ids(before, wanted, updated) if len(ids) >= DENSE_TAKE_FRACTION * before.ds.count_rows() \
-        else (t for _, t in take_all([(before, wanted)]))
+    images = scan_ids(before, updated) if len(updated) >= DENSE_TAKE_FRACTION * before.ds.count_rows() \
+        else (t for _, t in take_all([(before, pa.array(updated.ids(), pa.uint64()))]))
     window = _Window(list(key), list(common), list(added), keyed)
     try:
         for a_rows in rows:
-            hit, _ = updated.find(a_rows.column(ROWID).to_numpy())
+            hit = updated.contains(a_rows.column(ROWID).to_numpy())
             if not hit.all():
                 keyed.add(1, a_rows.filter(pa.array(~hit)))  # inserted since the version
             window.add_after(a_rows.filter(pa.array(hit)))

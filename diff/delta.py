@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from trimerge.diff.planner import Snapshot
-from trimerge.diff.reads import ROWID, SCAN_IO_BUFFER, conform_batches, empty_with_row_ids
+from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, empty_with_row_ids
+from trimerge.lineage.fragments import RowIdSet
 
 CREATED = "_row_created_at_version"
 UPDATED = "_row_last_updated_at_version"
@@ -62,7 +63,7 @@ def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Cha
     def rows() -> Iterator[pa.Table]:
         if fragments:
             scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
-                                      fragments=fragments, batch_size=1 << 17, io_buffer_size=SCAN_IO_BUFFER)
+                                      fragments=fragments, batch_size=1 << 17, **SCAN_OPTIONS)
             for batch in scanner.to_batches():
                 written = batch.column(UPDATED).to_numpy() > version
                 if not written.any():
@@ -92,17 +93,16 @@ def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Cha
     return rows(), ids, deleted
 
 
-def written_row_ids(snap: Snapshot, version: int) -> Any:
-    """The stable row ids (a numpy array) of the rows ``snap`` updated since ``version`` — rows
-    that existed then and were written since — read from row-version metadata only."""
+def written_row_ids(snap: Snapshot, version: int) -> RowIdSet:
+    """The stable row ids of the rows ``snap`` updated since ``version`` — rows that existed then
+    and were written since — read from row-version metadata only."""
     import numpy as np
 
+    ids = RowIdSet()
     fragments = written_fragments(snap, version)
-    if not fragments:
-        return np.array([], dtype=np.uint64)
-    out = []
-    for batch in snap.ds.scanner(columns=[CREATED, UPDATED], with_row_id=True, fragments=fragments,
-                                 batch_size=1 << 17).to_batches():
-        keep = (batch.column(UPDATED).to_numpy() > version) & (batch.column(CREATED).to_numpy() <= version)
-        out.append(batch.column(ROWID).to_numpy()[keep].astype(np.uint64))
-    return np.concatenate(out) if out else np.array([], dtype=np.uint64)
+    if fragments:
+        for batch in snap.ds.scanner(columns=[CREATED, UPDATED], with_row_id=True, fragments=fragments,
+                                     batch_size=1 << 17, **SCAN_OPTIONS).to_batches():
+            keep = (batch.column(UPDATED).to_numpy() > version) & (batch.column(CREATED).to_numpy() <= version)
+            ids.add(batch.column(ROWID).to_numpy()[keep].astype(np.uint64))
+    return ids

@@ -1,5 +1,9 @@
 """trimerge.lineage: the repository, its commit graph, refs, branches and tags."""
 
+from trimerge.lineage.memory import limit_malloc_arenas as _limit_malloc_arenas
+
+_limit_malloc_arenas()  # before Lance starts its threads: see memory.py
+
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import *  # noqa: F401,F403 - the error types are part of the API

@@ -159,6 +159,10 @@ class IdIndex:
         """The ids of the set, as given."""
         return self._ids
 
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """A mask: which of ``ids`` are in the set."""
+        return self.find(ids)[0]
+
     def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mask of ``ids`` in the set, their positions in the set, for the masked ones)."""
         ids = np.asarray(ids, dtype=np.uint64)
@@ -173,6 +177,70 @@ class IdIndex:
         at = np.minimum(np.searchsorted(self._sorted, ids), self._n - 1)
         hit = self._sorted[at] == ids
         return hit, self._order[at[hit]]
+
+
+class RowIdSet:
+    """A set of stable row ids, grown batch by batch, for asking which ids a scan meets are in it.
+
+    Ids come from one counter per dataset, so a large set is dense: it is held as one byte per id
+    up to the largest (20 MB for 20M ids, where the ids themselves are 160 MB and a position index
+    80 MB more). A set too sparse for that — fewer ids than an eighth of its range — is the sorted
+    ids."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._mask: np.ndarray | None = None
+        self._n = 0
+        self._top = 0
+        self._sorted: np.ndarray | None = None
+
+    def add(self, ids: np.ndarray) -> None:
+        """Add ids not in the set yet (each id once)."""
+        ids = np.asarray(ids, dtype=np.uint64)
+        if not len(ids):
+            return
+        self._sorted = None
+        self._n += len(ids)
+        top = int(ids.max()) + 1
+        self._top = max(self._top, top)
+        if self._mask is None:
+            self._parts.append(ids)
+            if 8 * self._n >= self._top:  # a byte per id costs no more than the ids: switch to the mask
+                self._mask = np.zeros(self._top, dtype=bool)
+                for part in self._parts:
+                    self._mask[part] = True
+                self._parts = []
+            return
+        if top > len(self._mask):
+            grown = np.zeros(max(top, 2 * len(self._mask)), dtype=bool)
+            grown[:len(self._mask)] = self._mask
+            self._mask = grown
+        self._mask[ids] = True
+
+    def __len__(self) -> int:
+        return self._n
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """A mask: which of ``ids`` are in the set."""
+        ids = np.asarray(ids, dtype=np.uint64)
+        if self._mask is not None:
+            inside = ids < np.uint64(len(self._mask))
+            hit = np.zeros(len(ids), dtype=bool)
+            hit[inside] = self._mask[ids[inside]]
+            return hit
+        ordered = self.ids()
+        if not len(ordered):
+            return np.zeros(len(ids), dtype=bool)
+        return ordered[np.minimum(np.searchsorted(ordered, ids), len(ordered) - 1)] == ids
+
+    def ids(self) -> np.ndarray:
+        """The ids, ascending."""
+        if self._mask is not None:
+            return np.flatnonzero(self._mask).astype(np.uint64)
+        if self._sorted is None:
+            self._sorted = np.sort(np.concatenate(self._parts)) if self._parts else np.array([], dtype=np.uint64)
+            self._parts = [self._sorted]
+        return self._sorted
 
 
 def fragment_offsets(addresses: np.ndarray) -> dict[int, np.ndarray]:

@@ -24,6 +24,11 @@ _SAFE_COMPONENT = re.compile(r"^[^/\\\x00]+$")
 DATASET_NAME = re.compile(r"^.+-[0-9a-hjkmnp-tv-z]{26}$")
 #: ``f-<ulid>``: the only Lance branches gc may remove.
 FORK_NAME = re.compile(r"^f-[0-9a-hjkmnp-tv-z]{26}$")
+#: What a repository's Lance session may cache of manifests and file metadata (Lance's default is
+#: 1 GiB). Thousands of small manifests fit; a table rewritten by one large upsert has a manifest
+#: of ~135 MB per 20M rows (its stable row ids out of order), and holding every version of it a
+#: merge opened kept ~410 MB; reading such a manifest again costs less than holding it.
+METADATA_CACHE_BYTES = 128 << 20
 
 
 def _check_component(name: str, what: str) -> str:
@@ -48,7 +53,7 @@ class TableStore:
     @property
     def session(self):
         if self._session is None:
-            self._session = _lance().Session()
+            self._session = _lance().Session(metadata_cache_size_bytes=METADATA_CACHE_BYTES)
         return self._session
 
     def uri(self, dataset: str | TableVersion) -> str:

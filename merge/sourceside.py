@@ -35,9 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff.engine import TableDiff
+from trimerge.diff.reads import SCAN_OPTIONS
 from trimerge.diff.rules import classify as classify_diff
 from trimerge.lineage import arrowtypes
 from trimerge.lineage.errors import InvalidOperationError
+from trimerge.lineage.memory import release_freed_memory
 from trimerge.lineage.tables import rows_with_keys
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan, conform_rows
@@ -112,6 +114,7 @@ def likely(ours: TableDiff, theirs: TableDiff) -> bool:
 def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: Sequence[str], merged: pa.Schema,
                       granularity: str, resolver: Resolver, report: Callable[[Conflict], None]) -> None:
     """Fill ``plan`` so that its publish makes dest's table the source's table plus dest's changes."""
+    release_freed_memory()  # what counting the source's diff read: before the fold and the commit
     key = list(key)
     ours_rows = ours.rows_with_row_ids()
     keys_o = ours_rows.select(key)
@@ -137,6 +140,7 @@ def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: 
     plan.stats.rows_from_source += theirs.counts.rows_changed - theirs_rows.num_rows  # keys only the source changed
     if own is not None and own.num_rows:
         plan.upserts.append(conform_rows(own, merged))
+    release_freed_memory()  # what the key scans read: before Lance commits the source's manifest
 
 
 def _restricted(theirs: TableDiff, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
@@ -167,7 +171,8 @@ def _rows_of(ds: "lance.LanceDataset", keys: pa.Table, key: list[str]) -> pa.Tab
         return found.select([*ds.schema.names, "_rowid", ROWADDR])
     wanted = arrowtypes.to_polars(keys)
     parts = []
-    for batch in ds.to_batches(columns=key, with_row_id=True, with_row_address=True, batch_size=1 << 18):
+    for batch in ds.to_batches(columns=key, with_row_id=True, with_row_address=True, batch_size=1 << 17,
+                               **SCAN_OPTIONS):
         where = arrowtypes.to_polars(pa.Table.from_batches([batch]))  # a slice at a time: flat memory
         parts.append(where.join(wanted.with_columns([pl.col(k).cast(where.schema[k]) for k in key]), on=key,
                                 how="semi", nulls_equal=True))

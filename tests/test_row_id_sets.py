@@ -1,0 +1,51 @@
+"""Sets of stable row ids (lineage.fragments.RowIdSet, IdIndex) against Python sets, and the C heap
+settings a large read relies on (lineage.memory)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trimerge.lineage.fragments import IdIndex, RowIdSet
+from trimerge.lineage.memory import release_freed_memory
+
+ids_lists = st.lists(st.integers(0, 5000), unique=True, max_size=400)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=ids_lists, split=st.integers(1, 7), probe=st.lists(st.integers(0, 6000), max_size=100),
+       far=st.booleans())
+def test_a_row_id_set_answers_like_a_python_set(ids, split, probe, far):
+    if far:  # a few ids far apart: the set stays sorted ids, not a byte per id
+        ids = [i * 1_000_003 for i in ids]
+        probe = [p * 1_000_003 for p in probe] + probe
+    s = RowIdSet()
+    for part in np.array_split(np.array(ids, dtype=np.uint64), split):
+        s.add(part)
+    assert len(s) == len(ids)
+    assert s.ids().tolist() == sorted(ids)
+    want = set(ids)
+    assert s.contains(np.array(probe, dtype=np.uint64)).tolist() == [p in want for p in probe]
+    index = IdIndex(np.array(ids, dtype=np.uint64))
+    assert index.contains(np.array(probe, dtype=np.uint64)).tolist() == [p in want for p in probe]
+
+
+def test_a_dense_set_holds_a_byte_per_id_not_the_ids():
+    s = RowIdSet()
+    for start in range(0, 4_000_000, 131072):
+        s.add(np.arange(start, min(start + 131072, 4_000_000), dtype=np.uint64))
+    assert len(s) == 4_000_000
+    held = sum(a.nbytes for a in vars(s).values() if isinstance(a, np.ndarray))
+    assert held <= 8_000_000  # 4 MB of bytes, where the ids are 32 MB
+    assert s.contains(np.array([0, 3_999_999, 4_000_000], dtype=np.uint64)).tolist() == [True, True, False]
+
+
+def test_trimerge_imports_under_any_arena_setting():
+    release_freed_memory()  # harmless anywhere
+    code = "import trimerge, ctypes; print('ok')"
+    for env in ({}, {"MALLOC_ARENA_MAX": "4"}, {"TRIMERGE_MALLOC_ARENAS": "0"}, {"TRIMERGE_MALLOC_ARENAS": "x"}):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
