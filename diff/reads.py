@@ -34,7 +34,7 @@ SCAN_BATCH_ROWS = 131072
 #: decoded batches, several fragments at once) made each of a merge's two concurrent scans of a
 #: 20M-row table hold ~300 MB; with these a scan holds ~150 MB and runs as fast or faster (0.7 s
 #: against 1.1 s for 20M rows on 2 cores: fewer decode tasks compete for them).
-SCAN_OPTIONS: dict[str, int] = {"io_buffer_size": 32 << 20, "batch_readahead": 2, "fragment_readahead": 2}
+SCAN_OPTIONS: dict[str, Any] = {"io_buffer_size": 32 << 20, "batch_readahead": 2, "fragment_readahead": 2}
 
 
 def scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
