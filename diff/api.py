@@ -32,8 +32,12 @@ class Diff:
 
     def stat(self) -> pa.Table:
         """One row per table: status, inserted, deleted, updated, cells changed, schema and index
-        changes, the plan, and the updated rows per column (``columns``: ``"a 3, b 1"``)."""
+        changes, the plan, and the updated rows per column (``columns``: ``"a 3, b 1"``). Tables whose
+        rows were not asked for yet are only counted (:attr:`TableDiff.count_first`): a 20M-row
+        full change counts in about a third of the time its rows take."""
         rows = []
+        for td in self.tables.values():
+            td.count_first = True
         for name, td in sorted(self.tables.items()):
             c = td.counts if td.storage_status != "unchanged" else DiffCounts()
             rows.append({"table": name, "status": td.status, "inserted": c.inserted, "deleted": c.deleted,

@@ -724,3 +724,31 @@ def test_a_key_named_like_a_diff_column_is_a_clear_error(tmp_path):
     repo.upsert("t", tbl(change=[1], v=["c"]), branch="feature")
     with pytest.raises(InvalidOperationError, match="share a name with the diff's own columns"):
         diff("main", "feature", repo=repo).tables["t"].rows()
+
+
+def test_stat_counts_without_building_rows_and_agrees_with_the_rows(tmp_path):
+    """``Diff.stat()`` counts tables whose rows nobody asked for (the count-only paths, the
+    row-id-aligned one included); its numbers are those of the rows built afterwards."""
+    import numpy as np
+
+    n = 3000
+    rng = np.random.default_rng(11)
+    table = pa.table({"id": np.arange(n, dtype=np.int64), "a": rng.integers(0, 9, n),
+                      "s": pa.array([f"r{i}" for i in range(n)])})
+    repo = trimerge.Repository.init(tmp_path / "r", actor="t")
+    repo.create_table("t", table, ["id"])
+    repo.branches.create("feature", from_ref="main")
+    picked = np.sort(rng.choice(n, n // 2, replace=False))
+    changed = table.take(pa.array(picked))
+    repo.upsert("t", changed.set_column(1, "a", pa.array(changed.column("a").to_numpy() + 1)), branch="feature")
+    repo.delete_keys("t", pa.table({"id": pa.array([0, 7, 99], pa.int64())}), branch="feature")
+    repo.upsert("t", pa.table({"id": pa.array([n + 1], pa.int64()), "a": [1], "s": ["new"]}), branch="feature")
+    counted = diff("main", "feature", repo=repo)
+    stat = counted.stat().to_pylist()
+    built = diff("main", "feature", repo=repo)
+    rows = built.tables["t"].rows()
+    assert built.stat().to_pylist() == stat
+    change = rows.column("change").to_pylist()
+    assert (stat[0]["inserted"], stat[0]["deleted"], stat[0]["updated"]) == \
+        (change.count("insert"), change.count("delete"), change.count("update")) == \
+        (1, 3, n // 2 - len({0, 7, 99} & set(picked.tolist())))

@@ -171,6 +171,9 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
             writers.write(td, target, fmt, columns=cols, limit=limit, storage_options=repo.table_store.options)
         emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
         return
+    if stat or name_only:  # counts are all these print: no changed rows are built
+        for td in d.tables.values():
+            td.count_first = True
     _count(obj, d, name_only)
     if name_only:
         names = d.changed_tables()
