@@ -50,10 +50,11 @@ def spark_at_hand(spark: Any = None) -> bool:
 class Snapshot:
     """One table at one commit, opened lazily."""
 
-    def __init__(self, repo: Repository, tv: TableVersion | None):
+    def __init__(self, repo: Repository, tv: TableVersion | None, row_cache: Any = None):
         self.repo = repo
         self.tv = tv
         self._ds: lance.LanceDataset | None = None
+        self.row_cache = row_cache  # a diff.reads.RowCache shared by the readers of this snapshot, or None
 
     @property
     def ds(self) -> lance.LanceDataset:

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from trimerge.diff.engine import TableDiff
 from trimerge.diff.planner import Snapshot, choose_engine, spark_at_hand
+from trimerge.diff.reads import RowCache
 from trimerge.diff.spill import SPILL_BUCKETS, CandidateBuffer, ordered_map, split_by_bucket
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage import arrowtypes
@@ -53,6 +54,7 @@ class ThreeWay:
                  max_conflicts: int | None = None, verify: bool | None = None,
                  progress: Callable[[str, str], None] | None = None):
         self.repo = repo
+        self._bases: dict[tuple[str, TableVersion | None], Snapshot] = {}
         self.progress = progress  # (table, "start" | "done") around each table's plan
         self.verify = verify_requested(verify)  # every diff checked against the brute-force one
         self.base, self.ours, self.theirs = dict(base), dict(ours), dict(theirs)
@@ -87,7 +89,11 @@ class ThreeWay:
             executed.close()
 
     def diff(self, name: str, before: TableVersion | None, after: TableVersion | None) -> TableDiff:
-        td = TableDiff(name, Snapshot(self.repo, before), Snapshot(self.repo, after), verify=self.verify)
+        """A table's diff; the diffs from one base share its snapshot, so the base rows both read
+        by row id (those of keys both sides changed) are read once."""
+        if (name, before) not in self._bases:
+            self._bases[(name, before)] = Snapshot(self.repo, before, RowCache())
+        td = TableDiff(name, self._bases[(name, before)], Snapshot(self.repo, after), verify=self.verify)
         if self.engine != "local" and choose_engine(self.engine, td.candidate_plan,
                                                      at_hand=spark_at_hand(self.spark)) == "spark":
             from trimerge.diff.spark import get_spark

@@ -49,3 +49,28 @@ def test_trimerge_imports_under_any_arena_setting():
     for env in ({}, {"MALLOC_ARENA_MAX": "4"}, {"TRIMERGE_MALLOC_ARENAS": "0"}, {"TRIMERGE_MALLOC_ARENAS": "x"}):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_row_cache_serves_the_rows_read_before_and_reads_only_the_rest(tmp_path, monkeypatch):
+    """Two readers of one snapshot (a merge's two diffs from one base): the rows both want are
+    read from Lance once, and each gets exactly the rows it asked for."""
+    import pyarrow as pa
+    import trimerge
+    from trimerge.diff import reads
+    from trimerge.diff.planner import Snapshot
+
+    n = 5000
+    repo = trimerge.Repository.init(tmp_path / "r", actor="t")
+    repo.create_table("t", pa.table({"id": np.arange(n, dtype=np.int64), "v": [f"v{i}" for i in range(n)]}), ["id"])
+    snap = Snapshot(repo, repo.resolve("main").tables["t"], reads.RowCache())
+    plain = Snapshot(repo, repo.resolve("main").tables["t"])
+    taken: list[int] = []
+    real_take = reads.take
+    monkeypatch.setattr(reads, "take", lambda s, ids, cols: (taken.append(len(ids)), real_take(s, ids, cols))[1])
+    first = pa.array(np.arange(0, 200, 2, dtype=np.uint64))
+    second = pa.array(np.arange(100, 200, dtype=np.uint64)[::-1].copy())  # half of it read already, unsorted
+    for ids in (first, second):
+        got = pa.concat_tables([t for _, t in reads.take_all([(snap, ids)])]).sort_by(reads.ROWID)
+        want = pa.concat_tables([t for _, t in reads.take_all([(plain, ids)])]).sort_by(reads.ROWID)
+        assert got.equals(want) and got.column("id").to_pylist() == sorted(ids.to_pylist())
+    assert sum(taken) == 2 * (100 + 100) - 50  # the plain snapshot read all; the cached one skipped 50
