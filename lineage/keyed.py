@@ -88,6 +88,20 @@ def plan_upsert(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[
     return KeyedEdit(offsets=_offsets(replaced), rows=rows.filter(pa.array(keep)))
 
 
+def upsert_by_join(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[str]) -> None:
+    """Upsert ``rows`` with Lance's ``merge_insert`` (moving ``ds`` to the new version): new keys are
+    inserted, and existing rows are updated only where a value differs, so identical rows keep their
+    row versions."""
+    values = [c for c in rows.column_names if c not in primary_key]
+    builder = ds.merge_insert(list(primary_key))
+    if values:
+        changed = " OR ".join(f"(source.`{c}` IS DISTINCT FROM target.`{c}`)" for c in values)
+        # pylance 14: a conditional update through a scalar index on the key fails with "Primary key
+        # column ... must not be nullable"; the condition must stay, so the key index is not used.
+        builder = builder.when_matched_update_all(changed).use_index(False)
+    builder.when_not_matched_insert_all().execute(rows)
+
+
 def plan_delete(ds: "lance.LanceDataset", keys: pa.Table, primary_key: Sequence[str]) -> KeyedEdit | None:
     """The edit that deletes the rows with ``keys``, or None when this path does not apply."""
     if keys.num_rows > MAX_LOOKUP_ROWS or not key_indexed(ds, primary_key):

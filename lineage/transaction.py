@@ -306,15 +306,7 @@ class Transaction(FragmentWrites):
         if edit is not None:
             return self._apply_keyed(name, ds, edit, f"upsert {name}")
         if table.num_rows:
-            values = [c for c in table.column_names if c not in pk]
-            builder = ds.merge_insert(list(pk))
-            if values:
-                changed = " OR ".join(f"(source.`{c}` IS DISTINCT FROM target.`{c}`)" for c in values)
-                # pylance 14: a conditional update through a scalar index on the key fails with
-                # "Primary key column ... must not be nullable"; the condition must stay (identical
-                # rows keep their row versions), so the key index is not used here.
-                builder = builder.when_matched_update_all(changed).use_index(False)
-            builder.when_not_matched_insert_all().execute(table)
+            keyed.upsert_by_join(ds, table, pk)
         self._ops.append(f"upsert {name}")
         self._written(name, ds.version, ds)
 
