@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
-from trimerge.lineage.fragments import IdIndex, RowIdSet
+from trimerge.lineage.fragments import RowIdSet
 
 ROWID = "_rowid"
 
@@ -72,7 +72,7 @@ DENSE_TAKE_FRACTION = 0.05
 def scan_ids(snap: Snapshot, ids: pa.Array | RowIdSet) -> Iterator[pa.Table]:
     """The rows with these stable row ids (an array, or a set the caller holds already), by one
     filtered scan of the table."""
-    index = ids if isinstance(ids, RowIdSet) else IdIndex(ids.to_numpy())
+    index = ids if isinstance(ids, RowIdSet) else RowIdSet.of(ids.to_numpy())
     found = 0
     for t in scan(snap):
         hit = index.contains(t.column(ROWID).to_numpy())

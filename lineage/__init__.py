@@ -1,8 +1,8 @@
 """trimerge.lineage: the repository, its commit graph, refs, branches and tags."""
 
-from trimerge.lineage.memory import limit_malloc_arenas as _limit_malloc_arenas
+from trimerge.lineage import memory
 
-_limit_malloc_arenas()  # before Lance starts its threads: see memory.py
+memory.limit_malloc_arenas()  # before Lance starts its threads: see memory.py
 
 from trimerge.lineage.address import Address, parse_address
 from trimerge.lineage.commit import Commit, TableVersion

@@ -141,7 +141,6 @@ class IdIndex:
 
     def __init__(self, ids: np.ndarray):
         ids = np.asarray(ids, dtype=np.uint64)
-        self._ids = ids
         self._n = len(ids)
         top = int(ids.max()) + 1 if len(ids) else 0
         self._direct: np.ndarray | None = None
@@ -154,14 +153,6 @@ class IdIndex:
 
     def __len__(self) -> int:
         return self._n
-
-    def ids(self) -> np.ndarray:
-        """The ids of the set, as given."""
-        return self._ids
-
-    def contains(self, ids: np.ndarray) -> np.ndarray:
-        """A mask: which of ``ids`` are in the set."""
-        return self.find(ids)[0]
 
     def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mask of ``ids`` in the set, their positions in the set, for the masked ones)."""
@@ -193,6 +184,13 @@ class RowIdSet:
         self._n = 0
         self._top = 0
         self._sorted: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> "RowIdSet":
+        """The set of ``ids`` (distinct)."""
+        made = cls()
+        made.add(ids)
+        return made
 
     def add(self, ids: np.ndarray) -> None:
         """Add ids not in the set yet (each id once)."""

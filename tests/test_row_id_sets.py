@@ -30,7 +30,7 @@ def test_a_row_id_set_answers_like_a_python_set(ids, split, probe, far):
     want = set(ids)
     assert s.contains(np.array(probe, dtype=np.uint64)).tolist() == [p in want for p in probe]
     index = IdIndex(np.array(ids, dtype=np.uint64))
-    assert index.contains(np.array(probe, dtype=np.uint64)).tolist() == [p in want for p in probe]
+    assert index.find(np.array(probe, dtype=np.uint64))[0].tolist() == [p in want for p in probe]
 
 
 def test_a_dense_set_holds_a_byte_per_id_not_the_ids():
