@@ -14,7 +14,7 @@ other cells (cell merges). Measured side by side:
   builds a virtual base first (target: at most 2x the ordinary merge).
 
 Run: ``python benchmarks/bench_merge.py`` (``--quick`` for 1M rows; the merge and the naive peer run
-alternately, ``--repeat`` times each, and the best of each is kept). Exits non-zero if trimerge's
+alternately, ``--repeat`` times each, each run in its own process, and the best of each is kept). Exits non-zero if trimerge's
 merged table differs from the naive peer's.
 """
 
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import json
 import shutil
+import subprocess
 import sys
 import time
 
@@ -119,6 +121,30 @@ def naive_merge(repo, out_path: str) -> pl.DataFrame:
     return merged
 
 
+def child(kind: str, path: str, target: str) -> float:
+    """Seconds of one timed run in a process of its own: ``naive`` (into the dataset ``target``)
+    or ``merge`` (into the branch ``target``, whose stats are saved beside the repository)."""
+    out = subprocess.run([sys.executable, __file__, "--child", kind, path, target], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{kind} run failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.split()[-1])
+
+
+def run_child(kind: str, path: str, target: str) -> None:
+    repo = trimerge.Repository.open(path)
+    if kind == "naive":
+        t0 = time.perf_counter()
+        naive_merge(repo, target)
+    else:
+        t0 = time.perf_counter()
+        result = merge("theirs", target, repo=trimerge.Repository.open(path), strategy="source-wins")
+    seconds = time.perf_counter() - t0
+    if kind == "merge":
+        with open(os.path.join(os.path.dirname(path), f"{target}.stats.json"), "w") as f:
+            json.dump({"stats": result.stats["lineitem"].to_json(), "virtual_base": result.virtual_base}, f)
+    print(seconds)
+
+
 def canonical(t) -> pl.DataFrame:
     df = pl.from_arrow(t) if isinstance(t, pa.Table) else t
     return df.select(sorted(df.columns)).sort(KEY)
@@ -141,11 +167,9 @@ def criss_cross(table: pa.Table, edits, n_ins: int, top: int, exchanged: list[np
     apply(repo, "ours", table, o_upd, o_cols, o_del, n_ins, top + 1, salt=1)
     apply(repo, "theirs", table, t_upd, t_cols, t_del, n_ins, top + 1 + n_ins, salt=2)
     assert len(repo.merge_bases("ours", "theirs")) == 2
-    t0 = time.perf_counter()
-    result = merge("theirs", "ours", repo=trimerge.Repository.open(path), strategy="source-wins")
-    elapsed = time.perf_counter() - t0
-    assert result.virtual_base
-    return elapsed, repo.read("lineitem", ref="ours")
+    elapsed = child("merge", str(path), "ours")  # in its own process, as the ordinary merge
+    assert json.loads(open(path.parent / "ours.stats.json").read())["virtual_base"]
+    return elapsed, trimerge.Repository.open(path).read("lineitem", ref="ours")
 
 
 def main() -> int:
@@ -153,7 +177,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1M rows")
     ap.add_argument("--repeat", type=int, default=3, help="runs of the merge and of the naive peer, alternating; "
                                                           "the best of each is kept")
+    ap.add_argument("--child", nargs=3, metavar=("KIND", "REPO", "TARGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        run_child(*args.child)
+        return 0
     table = lineitem(1)
     if args.quick:
         table = table.slice(0, 1_000_000)
@@ -178,40 +206,40 @@ def main() -> int:
         TableDiff("lineitem", Snapshot(repo, tv_b), Snapshot(repo, repo.resolve(side).tables["lineitem"])).rows()
     t_diffs = time.perf_counter() - t0
 
-    # Alternating, best of --repeat: the naive peer (it overwrites a scratch dataset) and the merge,
-    # each into a fresh branch at dest's tip (the first run's bytes written are measured).
+    # Alternating, best of --repeat, each run in its own process (one run's heap and threads do
+    # not slow the next): the naive peer (it overwrites a scratch dataset) and the merge, each into
+    # a fresh branch at dest's tip (the first run's bytes written are measured).
     scratch = str(path.parent / "naive-out.lance")
     t_naive = t_merge = float("inf")
     written = 0
     for i in range(args.repeat):
         shutil.rmtree(scratch, ignore_errors=True)
-        t0 = time.perf_counter()
-        naive = naive_merge(repo, scratch)
-        naive_seconds = time.perf_counter() - t0
+        naive_seconds = child("naive", str(path), scratch)
         t_naive = min(t_naive, naive_seconds)
         naive_bytes = dir_bytes(scratch)
         dest = f"ours_{i}"
         repo.branches.create(dest, from_ref="ours")
         before_bytes = dir_bytes(path)
-        t0 = time.perf_counter()
-        run = merge("theirs", dest, repo=trimerge.Repository.open(path), strategy="source-wins")
-        seconds = time.perf_counter() - t0
+        seconds = child("merge", str(path), dest)
         print(f"  run {i}: merge {seconds:.2f} s, naive {naive_seconds:.2f} s", flush=True)
         if i == 0:
             written = dir_bytes(path) - before_bytes
         if seconds < t_merge:
-            t_merge, result, merged_into = seconds, run, dest
-    stats = result.stats["lineitem"]
-    d = TableDiff("lineitem", Snapshot(repo, result.dest_commit.tables["lineitem"]),
-                  Snapshot(repo, result.commit.tables["lineitem"]))
+            t_merge, merged_into = seconds, dest
+    repo = trimerge.Repository.open(path)
+    merged = repo.resolve(merged_into)
+    naive = pl.from_arrow(lance.dataset(scratch).to_table())
+    stats = json.loads(open(path.parent / f"{merged_into}.stats.json").read())["stats"]
+    d = TableDiff("lineitem", Snapshot(repo, repo.commit(merged.parents[0]).tables["lineitem"]),
+                  Snapshot(repo, merged.tables["lineitem"]))
     changed = d.rows()
     after_rows = repo.read("lineitem", ref=merged_into)
     changed_keys = pl.from_arrow(changed.select(KEY))
     changed_size = pl.from_arrow(after_rows).join(changed_keys, on=KEY, how="semi").to_arrow().nbytes
     same = canonical(after_rows).equals(canonical(naive))
 
-    print(f"merge: {stats.rows_from_source} rows from source, {stats.cells_merged} cells merged, "
-          f"{stats.resolved} conflicts resolved source-wins; dest changed rows: {changed.num_rows}")
+    print(f"merge: {stats['rows_from_source']} rows from source, {stats['cells_merged']} cells merged, "
+          f"{stats['resolved']} conflicts resolved source-wins; dest changed rows: {changed.num_rows}")
     rows = [
         {"engine": "trimerge merge (source-wins)", "seconds": t_merge, "x faster than naive": t_naive / t_merge,
          "bytes written": written, "same as naive": same},

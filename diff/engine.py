@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from trimerge.diff import aligned
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
-from trimerge.diff.delta import changes_since
+from trimerge.diff.delta import read_deltas
+from trimerge.diff.deletes import KeyOnlyDeletes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
@@ -133,6 +134,9 @@ class TableDiff:
         #: Count without building the changed rows (a caller that likely needs only the counts, e.g.
         #: a merge that will start from the source's table); rows asked later are built then.
         self.count_first = False
+        #: Deleted rows' ``before`` images hold their key only (other values null) — for a merge,
+        #: which takes a deleted key's base values from the other side's diff (:mod:`trimerge.diff.deletes`).
+        self.key_only_deletes = False
         self._index_changes: list[dict[str, Any]] | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
@@ -458,20 +462,8 @@ class TableDiff:
             raise PlanAssumptionError(f"Lance cannot read the delta since version {common}: {exc}") from exc
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
-        b, a = self.before_snapshot, self.after_snapshot
-        rows_b, ids_b, deleted_b = changes_since(b, common)
-        rows_a, ids_a, deleted_a = changes_since(a, common)
-        for side, parts in ((0, rows_b), (1, rows_a)):
-            for t in parts:
-                out.add(side, t)
-        upd_b, upd_a = ids_b(), ids_a()
-        del_b, del_a = deleted_b(), deleted_a()
-        # A row touched on one side only is fetched from the other: (touched on a) - (touched on b)
-        # is read from b and vice versa.
-        touched_b, touched_a = pa.concat_arrays([upd_b, del_b]), pa.concat_arrays([upd_a, del_a])
-        fetch_b, fetch_a = set_minus(touched_a, touched_b), set_minus(touched_b, touched_a)
-        for side, t in take_all([(b, fetch_b), (a, fetch_a)]):
-            out.add(side, t)
+        deletes = KeyOnlyDeletes(self.primary_key, self.key_only_deletes, self._side_schemas()[0])
+        read_deltas(self.before_snapshot, self.after_snapshot, common, out.add, deletes)
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
     def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:
@@ -483,10 +475,13 @@ class TableDiff:
                           fragments_read=len(plan.read_before) + len(plan.read_after))
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
-        for frag_b, frag_a in plan.deletion_pairs:
-            rb, ra = stable_row_ids(b, frag_b), stable_row_ids(a, frag_a)
-            ids_b.append(set_minus(rb, ra))
-            ids_a.append(set_minus(ra, rb))
+        def deleted_on_one_side(pair: tuple[Any, Any]) -> tuple[pa.Array, pa.Array]:
+            rb, ra = stable_row_ids(b, pair[0]), stable_row_ids(a, pair[1])
+            return set_minus(rb, ra), set_minus(ra, rb)
+
+        for gone_b, gone_a in ordered_map(deleted_on_one_side, plan.deletion_pairs):  # Lance and numpy let go of the GIL
+            ids_b.append(gone_b)
+            ids_a.append(gone_a)
         key, common, added = self.compared_columns()
         for pair in plan.column_pairs:
             rows = column_pairs.compare_pair(b, a, pair, key, common, added)

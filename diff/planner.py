@@ -122,7 +122,15 @@ def set_minus(a: pa.Array, b: pa.Array) -> pa.Array:
         return values
 
     left, right = ids(a), ids(b)
-    if len(right):
+    lo, hi = (int(right[0]), int(right[-1])) if len(right) else (0, -1)
+    if len(right) and 8 * len(right) >= hi - lo + 1:  # dense ids: a byte per id of their range, no lookups
+        mask = np.zeros(hi - lo + 1, dtype=bool)
+        mask[right - np.uint64(lo)] = True
+        inside = np.flatnonzero((left >= np.uint64(lo)) & (left <= np.uint64(hi)))
+        keep = np.ones(len(left), dtype=bool)
+        keep[inside] = ~mask[left[inside] - np.uint64(lo)]
+        left = left[keep]
+    elif len(right):
         kept = []
         for start in range(0, len(left), 1 << 20):  # in slices: the lookups' temporaries stay small
             part = left[start:start + (1 << 20)]

@@ -41,7 +41,7 @@ def check_table(td: "TableDiff", planned: pa.Table) -> None:
     brute-force diff."""
     key = list(td.primary_key)
     reference = brute_force_rows(td)
-    first = first_difference(planned, reference, key)
+    first = first_difference(planned, reference, key, deleted_images=not td.key_only_deletes)
     if first is not None:
         found, wanted = first[1], first[2]
         raise DiffVerificationError(
@@ -49,10 +49,16 @@ def check_table(td: "TableDiff", planned: pa.Table) -> None:
             f"{first[0]}: planned {found}, brute force {wanted}", table=td.name, plan=td.candidate_plan.method, key=first[0])
 
 
-def first_difference(planned: pa.Table, reference: pa.Table, key: list[str]) -> tuple[Any, Any, Any] | None:
-    """(key, planned row, reference row) of the smallest key where the two diffs differ; None if equal."""
+def first_difference(planned: pa.Table, reference: pa.Table, key: list[str], *,
+                     deleted_images: bool = True) -> tuple[Any, Any, Any] | None:
+    """(key, planned row, reference row) of the smallest key where the two diffs differ; None if
+    equal. ``deleted_images=False``: deleted rows' ``before`` images are not compared (a diff with
+    ``key_only_deletes`` holds only their keys)."""
     def by_key(t: pa.Table) -> dict[tuple, dict]:
-        return {tuple(r[k] for k in key): r for r in t.to_pylist()}
+        rows = t.to_pylist()
+        if not deleted_images:
+            rows = [{**r, "before": None} if r["change"] == "delete" else r for r in rows]
+        return {tuple(r[k] for k in key): r for r in rows}
 
     p, r = by_key(planned), by_key(reference)
     for k in sorted(p.keys() | r.keys(), key=_sortable):

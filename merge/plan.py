@@ -94,6 +94,7 @@ class ThreeWay:
         if (name, before) not in self._bases:
             self._bases[(name, before)] = Snapshot(self.repo, before, RowCache())
         td = TableDiff(name, self._bases[(name, before)], Snapshot(self.repo, after), verify=self.verify)
+        td.key_only_deletes = True  # a deleted key's base values, where needed, are in the other diff
         if self.engine != "local" and choose_engine(self.engine, td.candidate_plan,
                                                      at_hand=spark_at_hand(self.spark)) == "spark":
             from trimerge.diff.spark import get_spark

@@ -74,3 +74,21 @@ def test_a_row_cache_serves_the_rows_read_before_and_reads_only_the_rest(tmp_pat
         want = pa.concat_tables([t for _, t in reads.take_all([(plain, ids)])]).sort_by(reads.ROWID)
         assert got.equals(want) and got.column("id").to_pylist() == sorted(ids.to_pylist())
     assert sum(taken) == 2 * (100 + 100) - 50  # the plain snapshot read all; the cached one skipped 50
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.lists(st.integers(0, 3000), max_size=300), b=st.lists(st.integers(0, 3000), max_size=300),
+       run=st.tuples(st.integers(0, 3000), st.integers(0, 400)), offset=st.sampled_from([0, 5_000_000, 2**40]))
+def test_set_minus_answers_like_python_sets_for_dense_and_sparse_ids(a, b, run, offset):
+    """Row-id set difference (diff.planner.set_minus): a dense right side (a run of ids, as a
+    fragment's) goes through a byte mask over its range, a sparse one through sorted lookups."""
+    import pyarrow as pa
+
+    from trimerge.diff.planner import set_minus
+
+    dense = list(range(run[0], run[0] + run[1]))
+    for right in (b, dense, b + dense):
+        left = [x + offset for x in a + dense[::3]]
+        right = [x + offset for x in right]
+        got = set_minus(pa.array(left, pa.uint64()), pa.array(right, pa.uint64())).to_pylist()
+        assert got == sorted(set(left) - set(right))
