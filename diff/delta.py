@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from trimerge.diff.deletes import KeyOnlyDeletes
+from trimerge.diff.images import BeforeImages
 from trimerge.diff.planner import Snapshot, set_minus
 from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, empty_with_row_ids, take_all
 from trimerge.lineage.fragments import RowIdSet
@@ -95,14 +95,13 @@ def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Cha
 
 
 def read_deltas(b: Snapshot, a: Snapshot, common: int, add: Callable[[int, pa.Table], None],
-                deletes: KeyOnlyDeletes) -> None:
+                images: BeforeImages) -> None:
     """The rows changed on either side since ``common``, given to ``add(side, rows)`` (0: ``b``,
     1: ``a``). Rows older than it share stable row ids on both sides, so a row touched on one
-    side only is read from the other by id; a row deleted on ``a`` may be read by key only
-    (``deletes``)."""
+    side only is read from the other by id, whole or as ``images`` says."""
     rows_b, ids_b, deleted_b = changes_since(b, common)
     rows_a, ids_a, deleted_a = changes_since(a, common)
-    for side, parts in ((0, rows_b), (1, deletes.watch(rows_a))):
+    for side, parts in ((0, rows_b), (1, images.watch(rows_a))):
         for t in parts:
             add(side, t)
     touched_b = pa.concat_arrays([ids_b(), deleted_b()])
@@ -110,9 +109,9 @@ def read_deltas(b: Snapshot, a: Snapshot, common: int, add: Callable[[int, pa.Ta
     touched_a = pa.concat_arrays([ids_a(), del_a])
     # (touched on a) - (touched on b) is read from b, and the other way round.
     fetch_b, fetch_a = set_minus(touched_a, touched_b), set_minus(touched_b, touched_a)
-    fetch_b, images = deletes.split(b, fetch_b, set_minus(del_a, touched_b), after_unwatched=len(fetch_a))
-    if images is not None:
-        add(0, images)
+    fetch_b, key_only = images.split(b, fetch_b, set_minus(del_a, touched_b), after_unwatched=len(fetch_a))
+    if key_only is not None:
+        add(0, key_only)
     for side, t in take_all([(b, fetch_b), (a, fetch_a)]):
         add(side, t)
 

@@ -36,7 +36,8 @@ from trimerge.diff import aligned
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import read_deltas
-from trimerge.diff.deletes import KeyOnlyDeletes
+from trimerge.diff.images import BeforeImages, restrict_rows
+from trimerge.diff.schemas import SchemaChange, schema_changes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
@@ -63,19 +64,6 @@ Status = Literal["added", "dropped", "modified", "unchanged"]
 Progress = Callable[[str, str], None]
 
 
-@dataclass(frozen=True)
-class SchemaChange:
-    """One column-level schema difference."""
-
-    kind: Literal["added", "dropped", "type_changed", "nullability_changed", "primary_key_changed"]
-    column: str
-    before: str | None = None
-    after: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "column": self.column, "before": self.before, "after": self.after}
-
-
 @dataclass
 class DiffPlan:
     """What the metadata said before any row was read."""
@@ -90,29 +78,6 @@ class DiffPlan:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
-                   key_before: Sequence[str] = (), key_after: Sequence[str] = ()) -> list[SchemaChange]:
-    """Column-level differences between two schemas (field metadata ignored)."""
-    if before is None or after is None:
-        return []
-    out: list[SchemaChange] = []
-    for f in after:
-        if f.name not in before.names:
-            out.append(SchemaChange("added", f.name, None, str(f.type)))
-        else:
-            g = before.field(f.name)
-            if g.type != f.type:  # string -> large_string too: merges and reverts must keep a widening
-                out.append(SchemaChange("type_changed", f.name, str(g.type), str(f.type)))
-            elif g.nullable != f.nullable and f.name not in key_after:
-                out.append(SchemaChange("nullability_changed", f.name, str(g.nullable), str(f.nullable)))
-    for g in before:
-        if g.name not in after.names:
-            out.append(SchemaChange("dropped", g.name, str(g.type), None))
-    if tuple(key_before) != tuple(key_after):
-        out.append(SchemaChange("primary_key_changed", ",".join(key_after), ",".join(key_before), ",".join(key_after)))
-    return out
 
 
 class TableDiff:
@@ -135,8 +100,11 @@ class TableDiff:
         #: a merge that will start from the source's table); rows asked later are built then.
         self.count_first = False
         #: Deleted rows' ``before`` images hold their key only (other values null) — for a merge,
-        #: which takes a deleted key's base values from the other side's diff (:mod:`trimerge.diff.deletes`).
+        #: which takes a deleted key's base values from the other side's diff (:mod:`trimerge.diff.images`).
         self.key_only_deletes = False
+        self.within_keys: pa.Table | None = None  # set by only_keys()
+        #: Of a diff made by :meth:`only_keys`: True when the whole diff is known to have rows.
+        self.whole_changed: bool | None = None
         self._index_changes: list[dict[str, Any]] | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
@@ -229,7 +197,7 @@ class TableDiff:
                                       updated=per_change.get("update", (0, 0))[0],
                                       cells_changed=sum(cells for _, cells in per_change.values()))
         if self._counts is None and self._changed is None and self.engine == "local" and not self.verify \
-                and self.storage_status == "modified" and self.candidate_plan.column_pairs:
+                and self.storage_status == "modified" and self.candidate_plan.column_pairs and self.within_keys is None:
             self._counts = self._counts_through_columns()
         if self._counts is None and self._changed is None and self.count_first and self.engine == "local" \
                 and not self.verify and self.storage_status == "modified":
@@ -239,6 +207,15 @@ class TableDiff:
             # Spilled rows were counted bucket by bucket as they were classified; else one pass.
             self._counts = self._tally if self._tally is not None else count_rows(changed.batches())
         return self._counts
+
+    def only_keys(self, keys: pa.Table) -> "TableDiff":
+        """This diff restricted to the rows of ``keys`` (a table of the key columns), reading whole
+        images only for them where the plan allows (a merge needs dest's rows only for the keys the
+        source changed). Its :attr:`whole_changed` says, when known, that the whole diff has rows."""
+        td = TableDiff(self.name, self.before_snapshot, self.after_snapshot, self._memory_budget, method=self.method,
+                       verify=self.verify)
+        td.within_keys = keys.select(list(self.primary_key))
+        return td
 
     def rows_through_columns(self) -> tuple[list[pa.Table], ChangedRows] | None:
         """The changed rows split in two, for a caller that needs full images only of some rows
@@ -372,6 +349,9 @@ class TableDiff:
                 self.plan = DiffPlan("spark")
             else:
                 self._changed = self._compute()
+            if self.within_keys is not None:
+                self._changed, outside = restrict_rows(self._changed, self.within_keys, self.primary_key)
+                self.whole_changed = True if outside else self.whole_changed
             if self.verify and self.storage_status != "unchanged":
                 from trimerge.diff.verify import check_table
 
@@ -462,8 +442,12 @@ class TableDiff:
             raise PlanAssumptionError(f"Lance cannot read the delta since version {common}: {exc}") from exc
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
-        deletes = KeyOnlyDeletes(self.primary_key, self.key_only_deletes, self._side_schemas()[0])
-        read_deltas(self.before_snapshot, self.after_snapshot, common, out.add, deletes)
+        b = self.before_snapshot
+        within = self.within_keys if b.tv is not None and b.tv.version == common else None  # b changed nothing
+        images = BeforeImages(self.primary_key, self._side_schemas()[0], key_only_deletes=self.key_only_deletes,
+                              only_keys=within)
+        read_deltas(b, self.after_snapshot, common, out.add, images)
+        self.whole_changed = images.whole_changed
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
     def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:

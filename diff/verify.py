@@ -41,6 +41,11 @@ def check_table(td: "TableDiff", planned: pa.Table) -> None:
     brute-force diff."""
     key = list(td.primary_key)
     reference = brute_force_rows(td)
+    if td.within_keys is not None:  # a diff of some keys (TableDiff.only_keys)
+        from trimerge.diff.images import restrict_rows
+        from trimerge.diff.spill import ChangedRows
+
+        reference = restrict_rows(ChangedRows.in_memory(reference), td.within_keys, key)[0].table
     first = first_difference(planned, reference, key, deleted_images=not td.key_only_deletes)
     if first is not None:
         found, wanted = first[1], first[2]

@@ -247,7 +247,8 @@ class ThreeWay:
             from trimerge.diff.spark import count_together
 
             count_together([d_o, d_t], self.spark)
-        if b is not None and not d_o.changed and self.same_indices(b, o):
+        ours = dest_rows(d_o, d_t)  # the rows the fold reads: dest's, of the keys the source changed
+        if b is not None and not dest_changed(ours, d_o) and self.same_indices(b, o):
             plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
             plan.stats.rows_from_source = d_t.counts.rows_changed
             return plan
@@ -276,14 +277,14 @@ class ThreeWay:
             return plan
         if "spark" in (d_o.engine, d_t.engine) and not plan.restore_columns:  # restoring rewrites every row id
             self.spark_fold(plan, d_o, d_t, o.primary_key, schema.schema)
-        elif sourceside.applies(plan, d_o, d_t, schema.schema) and sourceside.pays(d_o, d_t):
+        elif sourceside.pays(d_o, d_t) and sourceside.applies(plan, d_o, d_t, schema.schema):
             # The source changed far more than dest: start from its table, write dest's keys onto it.
             sourceside.merge_onto_source(plan, d_o, d_t, o.primary_key, schema.schema, self.granularity,
                                          self.resolver, lambda c: self.report(plan, c))
         else:
             plan.by_columns = True
             plan.dest_rows = self.repo.open_table_version(o).count_rows()
-            self.fold_buckets(plan, self.narrowed_rows(plan, d_o, d_t, o.primary_key, schema.schema),
+            self.fold_buckets(plan, self.narrowed_rows(plan, ours, d_t, o.primary_key, schema.schema),
                               o.primary_key, schema.schema)
         plan.stats.action = "merged"
         return plan
@@ -396,6 +397,37 @@ def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
     finally:
         buckets.close()
 
+
+
+#: Dest's diff is read only for the keys the source changed when the source changed at most this
+#: many rows (their keys are held in memory); past it the whole diff is read, as the source-side
+#: plan and key-hash buckets need.
+DEST_KEYS_LIMIT = 200_000
+
+
+def dest_rows(d_o: TableDiff, d_t: TableDiff) -> TableDiff:
+    """Dest's diff as the fold reads it. The fold classifies only the keys the source changed, so
+    with a small local source diff, dest's diff is restricted to those keys
+    (:meth:`TableDiff.only_keys`): the base images of dest's other changed rows are never read
+    (they were ~40% of a small merge's reads on SF1). Otherwise ``d_o`` itself."""
+    if "spark" in (d_o.engine, d_t.engine) or d_t.count_first or d_o.before_snapshot.tv is None or \
+            d_o.primary_key != d_t.primary_key:
+        return d_o
+    key = list(d_o.primary_key)
+    so, st = d_o.after_snapshot.schema, d_t.after_snapshot.schema
+    if any(so.field(k).type != st.field(k).type for k in key) or d_t.spilled or \
+            d_t.counts.rows_changed > DEST_KEYS_LIMIT:
+        return d_o
+    return d_o.only_keys(d_t.rows_with_row_ids().select(key))
+
+
+def dest_changed(ours: TableDiff, d_o: TableDiff) -> bool:
+    """Whether dest's diff ``d_o`` has rows, asked of :func:`dest_rows`' diff first: a change
+    among the source's keys, or an insert or delete seen in the keys it read, settles it without
+    reading the rest."""
+    if ours is d_o:
+        return d_o.changed
+    return ours.changed or bool(ours.whole_changed) or d_o.changed
 
 
 def _buckets(d: TableDiff, key: Sequence[str], key_types: pl.Schema) -> Iterator[pa.Table] | None:

@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from diffref import engine_rows, reference_diff, same
 from histories import KEYS, HistoryBuilder, random_operations
 from trimerge.diff import diff
+from trimerge.diff.verify import same_value
 
 LONG = int(os.environ.get("TRIMERGE_LONG_TESTS", "0") or 0)
 SHRINK = os.environ.get("TRIMERGE_DIFF_SHRINK") == "1"
@@ -157,6 +158,7 @@ def compare(repo, snaps: Snapshots, a, b, table: str, plan: str, spill: bool = F
         if only.counts != counts or only.counts.by_column != counts.by_column:
             problems.append(("counts without rows differ from the rows' counts",
                              f"{only.counts} {only.counts.by_column} != {counts} {counts.by_column}"))
+        problems.extend(merge_reads(repo, a, b, table, kwargs, rows, key))
         changed = td.changed
         method = td.plan.method
     except (KeyboardInterrupt, SystemExit):
@@ -192,6 +194,28 @@ def compare(repo, snaps: Snapshots, a, b, table: str, plan: str, spill: bool = F
     if changed != expect_changed:
         problems.append((f"status ({tag})", f"changed={changed}, brute force: rows {len(want)}, schema {sb} -> {sa}"))
     return out
+
+
+def merge_reads(repo, a, b, table: str, kwargs: dict, rows: pa.Table, key: list[str]) -> list[tuple[str, str]]:
+    """The two narrower reads a merge asks of a diff agree with its rows: deleted rows' images by
+    key only (``key_only_deletes``), and the rows of some keys only (``only_keys``)."""
+    problems = []
+    lean = diff(a.id, b.id, repo=repo, tables=[table], engine="local", **kwargs).tables[table]
+    lean.key_only_deletes = True
+    want = [{**r, "before": None} if r["change"] == "delete" else r for r in rows.to_pylist()]
+    got = lean.rows().to_pylist()
+    if not same_value([{**r, "before": None} if r["change"] == "delete" else r for r in got], want):
+        problems.append(("key-only deletes: rows differ", f"{got} != {rows.to_pylist()}"))
+    whole = diff(a.id, b.id, repo=repo, tables=[table], engine="local", **kwargs).tables[table]
+    some = rows.select(key).take(pa.array(range(0, rows.num_rows, 2), pa.int64()))
+    part = whole.only_keys(some)
+    wanted = {tuple(r[k] for k in key) for r in some.to_pylist()}
+    expect = [r for r in rows.to_pylist() if tuple(r[k] for k in key) in wanted]
+    if not same_value(part.rows().to_pylist(), expect):
+        problems.append(("only_keys: rows differ", f"{part.rows().to_pylist()} != {expect}"))
+    if part.whole_changed and not rows.num_rows:
+        problems.append(("only_keys: whole_changed without rows", f"plan {part.plan.method}"))
+    return problems
 
 
 def verify_problems(outcomes: dict[tuple[str, bool], Outcome]) -> list[tuple[str, str]]:
