@@ -101,7 +101,7 @@ def read_deltas(b: Snapshot, a: Snapshot, common: int, add: Callable[[int, pa.Ta
     side only is read from the other by id, whole or as ``images`` says."""
     rows_b, ids_b, deleted_b = changes_since(b, common)
     rows_a, ids_a, deleted_a = changes_since(a, common)
-    for side, parts in ((0, rows_b), (1, images.watch(rows_a))):
+    for side, parts in ((0, images.watch(rows_b, side=0)), (1, images.watch(rows_a))):
         for t in parts:
             add(side, t)
     touched_b = pa.concat_arrays([ids_b(), deleted_b()])
@@ -109,7 +109,9 @@ def read_deltas(b: Snapshot, a: Snapshot, common: int, add: Callable[[int, pa.Ta
     touched_a = pa.concat_arrays([ids_a(), del_a])
     # (touched on a) - (touched on b) is read from b, and the other way round.
     fetch_b, fetch_a = set_minus(touched_a, touched_b), set_minus(touched_b, touched_a)
-    fetch_b, key_only = images.split(b, fetch_b, set_minus(del_a, touched_b), after_unwatched=len(fetch_a))
+    fetch_b, key_only = images.split(b, fetch_b, set_minus(del_a, touched_b), after_unwatched=len(fetch_a),
+                                     before_changed=bool(images.before_rows or len(touched_b)))
+    fetch_a = images.only_wanted(a, fetch_a)
     if key_only is not None:
         add(0, key_only)
     for side, t in take_all([(b, fetch_b), (a, fetch_a)]):

@@ -45,7 +45,7 @@ from trimerge.diff.planner import (
     PlanAssumptionError,
     Snapshot,
     plan_candidates,
-    set_minus,
+    only_on_each_side,
     stable_row_ids,
 )
 from trimerge.diff.spill import CandidateBuffer, ChangedRows, ordered_map
@@ -442,11 +442,9 @@ class TableDiff:
             raise PlanAssumptionError(f"Lance cannot read the delta since version {common}: {exc}") from exc
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
-        b = self.before_snapshot
-        within = self.within_keys if b.tv is not None and b.tv.version == common else None  # b changed nothing
         images = BeforeImages(self.primary_key, self._side_schemas()[0], key_only_deletes=self.key_only_deletes,
-                              only_keys=within)
-        read_deltas(b, self.after_snapshot, common, out.add, images)
+                              only_keys=self.within_keys)
+        read_deltas(self.before_snapshot, self.after_snapshot, common, out.add, images)
         self.whole_changed = images.whole_changed
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
@@ -459,13 +457,15 @@ class TableDiff:
                           fragments_read=len(plan.read_before) + len(plan.read_after))
         ids_b: list[pa.Array] = []
         ids_a: list[pa.Array] = []
-        def deleted_on_one_side(pair: tuple[Any, Any]) -> tuple[pa.Array, pa.Array]:
-            rb, ra = stable_row_ids(b, pair[0]), stable_row_ids(a, pair[1])
-            return set_minus(rb, ra), set_minus(ra, rb)
+        gone_b: list[pa.Array] = []  # rows deleted on the after side
 
-        for gone_b, gone_a in ordered_map(deleted_on_one_side, plan.deletion_pairs):  # Lance and numpy let go of the GIL
-            ids_b.append(gone_b)
-            ids_a.append(gone_a)
+        def deleted_on_one_side(pair: tuple[Any, Any]) -> tuple[pa.Array, pa.Array]:
+            return only_on_each_side(stable_row_ids(b, pair[0]), stable_row_ids(a, pair[1]))
+
+        for only_b, only_a in ordered_map(deleted_on_one_side, plan.deletion_pairs):  # Lance and numpy let go of the GIL
+            ids_b.append(only_b)
+            gone_b.append(only_b)
+            ids_a.append(only_a)
         key, common, added = self.compared_columns()
         for pair in plan.column_pairs:
             rows = column_pairs.compare_pair(b, a, pair, key, common, added)
@@ -478,14 +478,22 @@ class TableDiff:
             pb, pa_ = column_pairs.row_ids(rows)
             ids_b.append(pb)
             ids_a.append(pa_)
+        # The after side's rows first: their keys tell which rows deleted there are deletes.
+        images = BeforeImages(key, self._side_schemas()[0], key_only_deletes=self.key_only_deletes,
+                              only_keys=self.within_keys)
         for side, snap, fragments in ((0, b, plan.read_before), (1, a, plan.read_after)):
             for frag in fragments:
-                for t in scan(snap, fragments=[frag]):
+                for t in images.watch(scan(snap, fragments=[frag]), side):
                     out.add(side, t)
-        empty = pa.array([], pa.uint64())
-        for side, t in take_all([(b, pa.concat_arrays(ids_b) if ids_b else empty),
-                                  (a, pa.concat_arrays(ids_a) if ids_a else empty)]):
-            out.add(side, t)
+        every = lambda parts: pa.concat_arrays(parts) if parts else pa.array([], pa.uint64())  # noqa: E731
+        for _, t in take_all([(a, images.only_wanted(a, every(ids_a)))]):
+            for seen in images.watch([t]):
+                out.add(1, seen)
+        fetch_b, key_only = images.split(b, every(ids_b), every(gone_b), before_changed=True)
+        if key_only is not None:
+            out.add(0, key_only)
+        for _, t in take_all([(b, fetch_b)]):
+            out.add(0, t)
         report.rows_planned = sum(out.rows)
         self.plan = report
 

@@ -26,8 +26,8 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.planner import PlanAssumptionError, Snapshot, set_minus
-from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, SCAN_OPTIONS, take
-from trimerge.diff.spill import ChangedRows
+from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, SCAN_OPTIONS, TAKE_CHUNK_ROWS, take
+from trimerge.diff.spill import ChangedRows, ordered_map
 from trimerge.lineage import arrowtypes
 from trimerge.lineage.fragments import RowIdSet
 
@@ -49,6 +49,7 @@ class BeforeImages:
         self._wanted = None if only_keys is None else only_keys.select(self.key)
         self._keys: list[pa.Table] = []  # of every after row seen (before the only_keys filter)
         self._rows = 0
+        self.before_rows = 0  # rows the before side wrote, seen by watch(side=0)
         self._watching = key_only_deletes or only_keys is not None
         #: With ``only_keys``: True when some key (of any) was inserted or deleted — the whole
         #: diff has rows, known from keys alone; None when that is not known.
@@ -59,24 +60,28 @@ class BeforeImages:
         assert self._wanted is not None
         return _semi(t, self._wanted, self.key)
 
-    def watch(self, parts: Iterable[pa.Table]) -> Iterator[pa.Table]:
-        """``parts``, their keys noted on the way (those outside ``only_keys`` dropped)."""
+    def watch(self, parts: Iterable[pa.Table], side: int = 1) -> Iterator[pa.Table]:
+        """``parts``, the rows one side wrote (1: after, whose keys are noted on the way; 0:
+        before), without those of keys outside ``only_keys``."""
         for t in parts:
-            if self._watching:
+            if side == 0:
+                self.before_rows += t.num_rows
+            elif self._watching:
                 self._keys.append(t.select(self.key))
                 self._rows += t.num_rows
                 if self._rows > WATCH_LIMIT:
                     self._watching, self._keys = False, []
             yield t if self._wanted is None else self._within(t)
 
-    def split(self, snap: Snapshot, fetch: pa.Array, deleted: pa.Array, *,
-              after_unwatched: int = 0) -> tuple[pa.Array, pa.Table | None]:
-        """(The ids of ``fetch`` still to read whole, key-only images (in :attr:`schema`) of the
-        ``deleted`` ids — a subset of ``fetch`` — whose key the after side does not hold, or
-        None.) ``after_unwatched``: after-side rows not seen by :meth:`watch` (their keys are
-        unknown, so nothing is left key-only)."""
+    def split(self, snap: Snapshot, fetch: pa.Array, deleted: pa.Array, *, after_unwatched: int = 0,
+              before_changed: bool = False) -> tuple[pa.Array, pa.Table | None]:
+        """(The ids of ``fetch`` (rows of the before side ``snap``) still to read whole, key-only
+        images (in :attr:`schema`) of the ``deleted`` ids — a subset of ``fetch`` — whose key the
+        after side does not hold, or None.) ``after_unwatched``: after-side rows not seen by
+        :meth:`watch` (their keys are unknown, so nothing is left key-only); ``before_changed``:
+        whether the before side wrote or deleted rows since the common version."""
         if self._wanted is not None:
-            return self._split_by_keys(snap, fetch, after_unwatched), None
+            return self._split_by_keys(snap, fetch, before_changed or bool(after_unwatched)), None
         if not self._watching or after_unwatched or not len(deleted):
             return fetch, None
         keys = key_columns(snap, deleted, self.key)
@@ -87,20 +92,27 @@ class BeforeImages:
                            for f in self.schema], schema=self.schema)
         return set_minus(fetch, images.column(ROWID).combine_chunks()), images
 
-    def _split_by_keys(self, snap: Snapshot, fetch: pa.Array, after_unwatched: int) -> pa.Array:
-        """The ids of ``fetch`` whose key is in ``only_keys``; notes :attr:`whole_changed`."""
-        assert not after_unwatched, "only_keys is read by a delta whose before side changed nothing"
+    def only_wanted(self, snap: Snapshot, ids: pa.Array) -> pa.Array:
+        """The ids of ``ids`` (rows of ``snap``) whose key is in ``only_keys``; all without it."""
+        if self._wanted is None or not len(ids):
+            return ids
+        return self._within(key_columns(snap, ids, self.key)).column(ROWID).combine_chunks()
+
+    def _split_by_keys(self, snap: Snapshot, fetch: pa.Array, before_changed: bool) -> pa.Array:
+        """The ids of ``fetch`` whose key is in ``only_keys``; notes :attr:`whole_changed` when
+        only the after side changed (then every changed row was seen or fetched)."""
+        if before_changed or not self._watching:
+            return self.only_wanted(snap, fetch)
         if not len(fetch):
             self.whole_changed = True if self._rows else None  # every row written is a new key
             return fetch
         keys = key_columns(snap, fetch, self.key)
-        if self._watching:
-            # A fetched key not written again was deleted; a written key never fetched was inserted.
-            gone = self._not_after(keys)
-            after = pa.concat_tables(self._keys, promote_options="permissive") if self._keys else None
-            new = None if after is None else _anti(after, keys, self.key)
-            if (gone is not None and gone.num_rows) or (new is not None and new.num_rows):
-                self.whole_changed = True
+        # A fetched key not written again was deleted; a written key never fetched was inserted.
+        gone = self._not_after(keys)
+        after = pa.concat_tables(self._keys, promote_options="permissive") if self._keys else None
+        new = None if after is None else _anti(after, keys, self.key)
+        if (gone is not None and gone.num_rows) or (new is not None and new.num_rows):
+            self.whole_changed = True
         return self._within(keys).column(ROWID).combine_chunks()
 
     def _not_after(self, keys: pa.Table) -> pa.Table | None:
@@ -149,7 +161,9 @@ def key_columns(snap: Snapshot, ids: pa.Array, key: list[str]) -> pa.Table:
     """The key columns (and ``_rowid`` last) of the rows with these stable ids: taken by id, or,
     for a large share of the table, by one scan of the key columns (a take costs ~6 µs a row)."""
     if len(ids) < DENSE_TAKE_FRACTION * snap.ds.count_rows():
-        return take(snap, ids, key)
+        chunks = [ids.slice(start, TAKE_CHUNK_ROWS) for start in range(0, len(ids), TAKE_CHUNK_ROWS)]
+        parts = list(ordered_map(lambda chunk: take(snap, chunk, key), chunks))  # a take keeps one core busy
+        return pa.concat_tables(parts) if parts else take(snap, ids, key)
     wanted = RowIdSet.of(ids.to_numpy(zero_copy_only=False))
     parts = []
     for batch in snap.ds.to_batches(columns=key, with_row_id=True, batch_size=1 << 17, **SCAN_OPTIONS):
