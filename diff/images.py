@@ -1,7 +1,9 @@
-"""Which before images a delta read takes whole, for a caller that needs some of them only.
+"""Which before images a diff's candidate read takes whole, for a caller that needs some only.
 
-A row touched on the after side since the common version is read from the before side by stable
-row id, whole: ~36–64 µs a row of 16 columns (SF1 lineitem), where its key columns cost ~6 µs.
+A row the after side deleted or rewrote is read from the before side by stable row id (the
+``delta`` plan: touched since the common version; the ``fragments`` plan: live on one side of a
+fragment pair only), whole: ~36–64 µs a row of 16 columns (SF1 lineitem), where its key columns
+cost ~6 µs.
 A merge needs fewer whole images than a diff gives, and says so with two knobs:
 
 * ``key_only_deletes`` (the source's diff): a key the source deleted needs the base's values only
@@ -37,7 +39,7 @@ WATCH_LIMIT = 1_000_000
 
 
 class BeforeImages:
-    """One delta read's choice of images. :meth:`watch` sees the after side's written rows (and
+    """One candidate read's choice of images. :meth:`watch` sees the after side's written rows (and
     drops those of keys outside ``only_keys``); :meth:`split` then says which of the ids to read
     from the before side are read whole, and gives key-only images of the rest."""
 
