@@ -196,12 +196,13 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
 
 
 def stale_keys(plans: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per table, the keys of the stale rows the fold reported (see trimerge.lineage.derived)."""
+    """Per table, the keys of the stale rows the fold reported (see trimerge.lineage.derived), in
+    key order (buckets and Spark partitions fold in other orders)."""
     out = {}
     for name, plan in sorted(plans.items()):
         keys = [row for t in plan.stale for row in t.to_pylist()]
         if keys:
-            out[name] = keys
+            out[name] = sorted(keys, key=lambda row: tuple((v is None, v) for v in row.values()))
     return out
 
 

@@ -67,12 +67,13 @@ def fold_buckets(spec: bytes) -> Callable[[pa.Table, pa.Table], pa.Table]:
         from trimerge.merge.rows import fold
 
         warnings.filterwarnings("ignore", message="lance is not fork-safe")
-        name, key, merged, granularity, resolver, schemas = pickle.loads(spec)
+        name, key, merged, granularity, resolver, schemas, declared = pickle.loads(spec)
         applied_before = resolver.resolutions.applied  # the driver's count so far: report only this bucket's
         if not theirs.num_rows:  # keys only dest changed: nothing to do
             return _records([], [])
         sides = [t.select(s.names).cast(s) for t, s in zip((ours, theirs), schemas)]
         plan = TablePlan(name)
+        plan.declared = declared  # derived columns: the fold finds stale rows as the driver's would
         conflicts: list[Any] = []
         fold(plan, classify(sides[0], sides[1], key, merged, granularity), resolver, merged, conflicts.append)
         if not plan.ids_complete:
@@ -87,10 +88,14 @@ def fold_buckets(spec: bytes) -> Callable[[pa.Table, pa.Table], pa.Table]:
             keys = pa.concat_tables(plan.dest_row_keys, promote_options="permissive")
             kinds.append("replace")
             data.append(_ipc(keys.append_column(ROW_ID, pa.chunked_array(plan.dest_row_ids, pa.uint64()))))
+        if plan.stale:
+            kinds.append("stale")
+            data.append(_ipc(pa.concat_tables(plan.stale, promote_options="permissive")))
         s = plan.stats
         kinds.append("stats")
         data.append(json.dumps({"rows_from_source": s.rows_from_source, "converged": s.converged,
                                 "cells_merged": s.cells_merged, "conflicts": s.conflicts, "resolved": s.resolved,
+                                "stale": s.stale,
                                 "rows": plan.upserts.num_rows, "replaced": sum(len(i) for i in plan.dest_row_ids),
                                 "used": [list(k) for k in resolver.resolutions.used_keys()],
                                 "applied": resolver.resolutions.applied - applied_before}).encode())
@@ -216,22 +221,24 @@ class SparkFold:
         frames = [changes(td, self.spark) for td in (self.ours, self.theirs)]
         grouped = [f.select(bucket, *[F.col(_quoted(c)) for c in f.columns]).groupBy("\x01bucket") for f in frames]
         spec = pickle.dumps((plan.name, self.key, self.merged, self.granularity, self.resolver,
-                             [td.rows_with_row_ids_schema() for td in (self.ours, self.theirs)]))
+                             [td.rows_with_row_ids_schema() for td in (self.ours, self.theirs)], plan.declared))
         out = grouped[0].cogroup(grouped[1]).applyInArrow(fold_buckets(spec), RECORDS)
         self._out = out.persist(StorageLevel.DISK_ONLY)
         # Conflicts come back in the same job as the statistics when all of them fit in what the
         # caller asked for (conflicts <= changed keys <= planned rows); otherwise a second job
         # takes the first max_conflicts.
         together = max_conflicts != 0 and (max_conflicts is None or self._planned <= max_conflicts)
-        kinds = ["stats", "conflict"] if together else ["stats"]
+        kinds = ["stats", "stale", "conflict"] if together else ["stats", "stale"]
         records = self._out.filter(F.col("kind").isin(kinds)).collect()
         found = [r for r in records if r["kind"] == "conflict"]
         used: set[tuple] = set()
         for r in records:
+            if r["kind"] == "stale":
+                plan.stale.append(_from_ipc(r["data"]))
             if r["kind"] != "stats":
                 continue
             s = json.loads(r["data"])
-            for field in ("rows_from_source", "converged", "cells_merged", "conflicts", "resolved"):
+            for field in ("rows_from_source", "converged", "cells_merged", "conflicts", "resolved", "stale"):
                 setattr(plan.stats, field, getattr(plan.stats, field) + s[field])
             self.rows += s["rows"]
             self.replaced += s["replaced"]

@@ -187,3 +187,28 @@ def test_table_added_on_both_sides_merges_alike(tmp_path, spark):
     local = merge("src", "main2", repo=repo, engine="local", strategy="source-wins")
     assert stats(remote) == stats(local)
     assert rows(repo, "main", "n") == rows(repo, "main2", "n")
+
+
+@pytest.mark.parametrize("on_stale", ["report", "conflict"])
+def test_stale_derived_rows_are_found_on_executors_as_locally(tmp_path, spark, on_stale):
+    """Derived columns: a cell merge that leaves a derived value and its inputs from different
+    sides is reported (or made a conflict) by a Spark merge exactly as by a local one."""
+    from test_derived import docs_repo, stale_history
+
+    repo = docs_repo(tmp_path / "repo")
+    stale_history(repo)
+    repo.branches.create("main2")
+    outcomes = []
+    for dest, engine in (("main", "spark"), ("main2", "local")):
+        try:
+            result = merge("reembed", dest, repo=repo, engine=engine, spark=spark, on_stale=on_stale)
+        except MergeConflictError as exc:
+            result = exc.result
+        outcomes.append((result.stale, stats(result), conflicts(result), result.stats["docs"].stale))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][3] == 2
+    if on_stale == "report":
+        assert outcomes[0][0] == {"docs": [{"id": 2}, {"id": 3}]}
+        assert rows(repo, "main", "docs") == rows(repo, "main2", "docs")
+    else:
+        assert [c["kind"] for c in outcomes[0][2]] == ["row.stale_derived"] * 2
