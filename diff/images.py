@@ -129,10 +129,19 @@ class BeforeImages:
 
 def _anti(rows: pa.Table, others: pa.Table, key: list[str]) -> pa.Table:
     """The rows of ``rows`` whose key is not in ``others`` (cast to ``rows``' key types)."""
+    return _joined(rows, others, key, "anti")
+
+
+def _semi(rows: pa.Table, keys: pa.Table, key: list[str]) -> pa.Table:
+    """The rows of ``rows`` whose key is in ``keys`` (cast to ``rows``' key types)."""
+    return _joined(rows, keys, key, "semi")
+
+
+def _joined(rows: pa.Table, keys: pa.Table, key: list[str], how: str) -> pa.Table:
     mine = arrowtypes.to_polars(rows.select(key)).with_row_index("\x01at")
-    seen = arrowtypes.to_polars(others.select(key))
-    seen = seen.with_columns([pl.col(k).cast(mine.schema[k], strict=True) for k in key])
-    at = mine.join(seen, on=key, how="anti", nulls_equal=True)["\x01at"]
+    other = arrowtypes.to_polars(keys.select(key))
+    other = other.with_columns([pl.col(k).cast(mine.schema[k], strict=True) for k in key])
+    at = mine.join(other, on=key, how=how, nulls_equal=True)["\x01at"]
     return rows.take(at.to_arrow())
 
 
@@ -148,15 +157,6 @@ def restrict_rows(changed: ChangedRows, keys: pa.Table, key: Sequence[str]) -> t
     if changed.table is None and table.num_rows:  # spilled rows come bucket by bucket: in key order, as in memory
         table = table.sort_by([(k, "ascending") for k in key])
     return ChangedRows.in_memory(table), outside
-
-
-def _semi(rows: pa.Table, keys: pa.Table, key: list[str]) -> pa.Table:
-    """The rows of ``rows`` whose key is in ``keys`` (cast to ``rows``' key types)."""
-    mine = arrowtypes.to_polars(rows.select(key)).with_row_index("\x01at")
-    wanted = arrowtypes.to_polars(keys.select(key))
-    wanted = wanted.with_columns([pl.col(k).cast(mine.schema[k], strict=True) for k in key])
-    at = mine.join(wanted, on=key, how="semi", nulls_equal=True)["\x01at"]
-    return rows.take(at.to_arrow())
 
 
 def key_columns(snap: Snapshot, ids: pa.Array, key: list[str]) -> pa.Table:
