@@ -27,11 +27,10 @@ from typing import Iterable, Iterator, Sequence
 import polars as pl
 import pyarrow as pa
 
-from trimerge.diff.planner import PlanAssumptionError, Snapshot, set_minus
-from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, SCAN_OPTIONS, TAKE_CHUNK_ROWS, take
-from trimerge.diff.spill import ChangedRows, ordered_map
+from trimerge.diff.planner import Snapshot, set_minus
+from trimerge.diff.reads import ROWID, take, take_all
+from trimerge.diff.spill import ChangedRows
 from trimerge.lineage import arrowtypes
-from trimerge.lineage.fragments import RowIdSet
 
 #: The after side's written rows whose keys are held to tell a moved key from a deleted one; past
 #: it, deleted rows are read whole (the keys of millions of rows cost more memory than the reads save).
@@ -160,19 +159,7 @@ def restrict_rows(changed: ChangedRows, keys: pa.Table, key: Sequence[str]) -> t
 
 
 def key_columns(snap: Snapshot, ids: pa.Array, key: list[str]) -> pa.Table:
-    """The key columns (and ``_rowid`` last) of the rows with these stable ids: taken by id, or,
-    for a large share of the table, by one scan of the key columns (a take costs ~6 µs a row)."""
-    if len(ids) < DENSE_TAKE_FRACTION * snap.ds.count_rows():
-        chunks = [ids.slice(start, TAKE_CHUNK_ROWS) for start in range(0, len(ids), TAKE_CHUNK_ROWS)]
-        parts = list(ordered_map(lambda chunk: take(snap, chunk, key), chunks))  # a take keeps one core busy
-        return pa.concat_tables(parts) if parts else take(snap, ids, key)
-    wanted = RowIdSet.of(ids.to_numpy(zero_copy_only=False))
-    parts = []
-    for batch in snap.ds.to_batches(columns=key, with_row_id=True, batch_size=1 << 17, **SCAN_OPTIONS):
-        hit = wanted.contains(batch.column(ROWID).to_numpy())
-        if hit.any():
-            parts.append(pa.Table.from_batches([batch]).filter(pa.array(hit)))
-    found = pa.concat_tables(parts) if parts else take(snap, ids.slice(0, 0), key)
-    if found.num_rows != len(ids):
-        raise PlanAssumptionError(f"{snap.ds.uri}: {len(ids) - found.num_rows} row id(s) not found")
-    return found.select([*key, ROWID]).cast(take(snap, ids.slice(0, 0), key).schema)
+    """The key columns (and ``_rowid`` last) of the rows with these stable ids (a take costs ~6 µs
+    a row; a large share of the table is read by one scan of the key columns)."""
+    parts = [t for _, t in take_all([(snap, ids)], columns=key)]
+    return pa.concat_tables(parts) if parts else take(snap, ids, key)

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
-from trimerge.lineage.fragments import RowIdSet
+from trimerge.lineage.fragments import IdIndex, RowIdSet
 
 ROWID = "_rowid"
 
@@ -37,13 +37,16 @@ SCAN_BATCH_ROWS = 131072
 SCAN_OPTIONS: dict[str, Any] = {"io_buffer_size": 32 << 20, "batch_readahead": 2, "fragment_readahead": 2}
 
 
-def scan(snap: Snapshot, **kwargs: Any) -> Iterator[pa.Table]:
-    """Rows of ``snap`` (optionally of some ``fragments``) with their stable row id as the last
-    column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read never sits in memory whole."""
-    schema = empty_with_row_ids(snap.ds.schema).schema
+def scan(snap: Snapshot, columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[pa.Table]:
+    """Rows of ``snap`` (optionally of some ``fragments``; all ``columns`` unless named) with their
+    stable row id as the last column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read
+    never sits in memory whole."""
+    names = list(snap.ds.schema.names if columns is None else columns)
+    schema = empty_with_row_ids(snap.ds.schema.empty_table().select(names).schema).schema
     pending: list[pa.RecordBatch] = []
     size = 0
-    for batch in snap.ds.scanner(with_row_id=True, batch_size=16384, **SCAN_OPTIONS, **kwargs).to_batches():
+    for batch in snap.ds.scanner(columns=names, with_row_id=True, batch_size=16384, **SCAN_OPTIONS,
+                                 **kwargs).to_batches():
         pending.append(batch)
         size += batch.num_rows
         if size >= SCAN_BATCH_ROWS:
@@ -69,12 +72,12 @@ TAKE_CHUNK_ROWS = 1024
 DENSE_TAKE_FRACTION = 0.05
 
 
-def scan_ids(snap: Snapshot, ids: pa.Array | RowIdSet) -> Iterator[pa.Table]:
+def scan_ids(snap: Snapshot, ids: pa.Array | RowIdSet, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The rows with these stable row ids (an array, or a set the caller holds already), by one
-    filtered scan of the table."""
-    index = ids if isinstance(ids, RowIdSet) else RowIdSet.of(ids.to_numpy())
+    filtered scan of the table (of ``columns`` only, if named)."""
+    index = ids if isinstance(ids, RowIdSet) else RowIdSet.of(ids.to_numpy(zero_copy_only=False))
     found = 0
-    for t in scan(snap):
+    for t in scan(snap, columns):
         hit = index.contains(t.column(ROWID).to_numpy())
         found += int(hit.sum())
         if hit.any():
@@ -97,7 +100,7 @@ class RowCache:
         self.limit = limit
         self._tables: list[pa.Table] = []
         self._rows = 0
-        self._index: tuple[pa.Table, Any, Any] | None = None
+        self._index: tuple[pa.Table, IdIndex] | None = None
         self._lock = threading.Lock()
 
     def put(self, rows: pa.Table) -> None:
@@ -109,27 +112,23 @@ class RowCache:
 
     def split(self, ids: pa.Array) -> tuple[pa.Table | None, pa.Array]:
         """(The cached rows among ``ids``, the ids still to read, in their order.)"""
-        import numpy as np
-
         with self._lock:
             if not self._tables or not len(ids):
                 return None, ids
             if self._index is None:
                 table = pa.concat_tables(self._tables)
-                cached = table.column(ROWID).to_numpy()
-                order = np.argsort(cached, kind="stable")
-                self._index = (table, cached[order], order)
-            table, ordered, order = self._index
-        want = ids.to_numpy(zero_copy_only=False)
-        at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
-        hit = ordered[at] == want
+                self._index = (table, IdIndex(table.column(ROWID).to_numpy()))
+            table, index = self._index
+        hit, at = index.find(ids.to_numpy(zero_copy_only=False))
         if not hit.any():
             return None, ids
-        return table.take(pa.array(order[at[hit]])), ids.filter(pa.array(~hit))
+        return table.take(pa.array(at)), ids.filter(pa.array(~hit))
 
 
-def take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[int, pa.Table]]:
-    """Every snapshot's rows by stable row id (all columns) as ``(request index, rows)`` slices.
+def take_all(requests: Sequence[tuple[Snapshot, pa.Array]],
+             columns: Sequence[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
+    """Every snapshot's rows by stable row id (all ``columns`` unless named: then the row cache is
+    left out) as ``(request index, rows)`` slices.
 
     Scattered reads are CPU-bound decoding of one compressed chunk per row and column; a single
     ``_take_rows`` call keeps about one core busy, so ids are sorted (neighbours share chunks) and
@@ -141,20 +140,22 @@ def take_all(requests: Sequence[tuple[Snapshot, pa.Array]]) -> Iterator[tuple[in
     for i, (snap, ids) in enumerate(requests):
         if len(ids) > 1 and not _ascending(ids):
             ids = ids.take(pc.sort_indices(ids))
-        if snap.row_cache is not None:
-            cached, ids = snap.row_cache.split(ids)
+        cache = snap.row_cache if columns is None else None
+        if cache is not None:
+            cached, ids = cache.split(ids)
             if cached is not None:
                 yield i, cached
         if len(ids) >= DENSE_TAKE_FRACTION * snap.ds.count_rows():
-            yield from ((i, t) for t in scan_ids(snap, ids))
+            yield from ((i, t) for t in scan_ids(snap, ids, columns))
             continue
         for start in range(0, len(ids), TAKE_CHUNK_ROWS):
             jobs.append((i, snap, ids.slice(start, TAKE_CHUNK_ROWS)))
     if not jobs:
         return
     with ThreadPoolExecutor(max(1, min(4, len(jobs)))) as pool:
-        for (i, snap, _), rows in zip(jobs, pool.map(lambda job: take(job[1], job[2], job[1].ds.schema.names), jobs)):
-            if snap.row_cache is not None:
+        names = (lambda snap: snap.ds.schema.names) if columns is None else (lambda snap: list(columns))
+        for (i, snap, _), rows in zip(jobs, pool.map(lambda job: take(job[1], job[2], names(job[1])), jobs)):
+            if snap.row_cache is not None and columns is None:
                 snap.row_cache.put(rows)
             yield i, rows
 
