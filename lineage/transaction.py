@@ -30,6 +30,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.filters import check_filter, plan_filter
+from trimerge.lineage.keyfilter import pinned_keys
 from trimerge.lineage.rowwrites import FragmentWrites
 from trimerge.lineage.lease import Lease
 from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
@@ -73,6 +74,9 @@ class Transaction(FragmentWrites):
         self._tables: dict[str, TableVersion] = {}
         self._touched: dict[tuple[str, str], dict[str, Any]] = {}
         self._ops: list[str] = []
+        #: Publish a commit even when nothing changed: the replay of a commit that changed nothing
+        #: either (git keeps commits that started empty; see trimerge.merge.engine).
+        self.keep_empty = False
         self._extra_parents: list[str] = []
         self._refers: list[str] = []  # existing commits whose data this write reuses (gc keeps them)
         self._heads: dict[str, lance.LanceDataset | None] = {}  # the dataset object each write left
@@ -350,11 +354,16 @@ class Transaction(FragmentWrites):
         self._written(name, out.version if out is not None else self._latest_version(name), row_level=False)
 
     def delete(self, name: str, where: str) -> None:
-        """Delete the rows matching the SQL predicate ``where``."""
+        """Delete the rows matching ``where``; one naming whole keys costs what :meth:`delete_keys` does."""
         self._require_open()
         check_filter(where, f"delete from {name}: the 'where' predicate")
-        plan_filter(self.repo.table_store.open_version(self._table(name)), where, f"delete from {name}")
+        snapshot = self.repo.table_store.open_version(tv := self._table(name))
+        plan_filter(snapshot, where, f"delete from {name}")
         ds = self._writable(name)
+        keys = pinned_keys(where, snapshot.schema, tv.primary_key)
+        edit = keyed.plan_delete(ds, keys, tv.primary_key) if keys is not None else None
+        if edit is not None:  # `id = 7`, `id IN (...)`: looked up through the key index
+            return self._apply_keyed(name, ds, edit, f"delete {name}")
         try:
             ds.delete(where)
         except (OSError, ValueError) as exc:
@@ -544,7 +553,7 @@ class Transaction(FragmentWrites):
         self._require_open()
         repo = self.repo
         try:
-            if not self._ops:
+            if not self._ops and not self.keep_empty:
                 self.abort()
                 return None
             if not self.scratch:  # the repository's upkeep of every table written (compaction, indices)
