@@ -24,6 +24,7 @@ key is unique within each snapshot, that key appears nowhere else on either side
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Literal, Sequence
@@ -37,6 +38,7 @@ from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import read_deltas
 from trimerge.diff.images import BeforeImages, restrict_rows
+from trimerge.diff.narrowrows import changes_fill_candidates, rows_of_changed_columns
 from trimerge.diff.schemas import SchemaChange, schema_changes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
@@ -92,6 +94,7 @@ class TableDiff:
         self.before_snapshot = before
         self.after_snapshot = after
         self._memory_budget = memory_budget_bytes(memory_budget)
+        self._budget_asked = memory_budget is not None or bool(os.environ.get("TRIMERGE_DIFF_MEMORY"))
         self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
@@ -274,11 +277,27 @@ class TableDiff:
             return False
         return bool(self.schema_changes) or self.counts.rows_changed > 0
 
-    def rows(self, columns: Sequence[str] | None = None) -> pa.Table:
+    def rows(self, columns: str | Sequence[str] | None = "all") -> pa.Table:
         """Changed rows: key columns, ``change`` (insert/delete/update), ``changed_columns``,
-        and ``before`` / ``after`` structs of the non-key values (null for insert / delete)."""
+        and ``before`` / ``after`` structs of the non-key values (null for insert / delete).
+        ``columns``: ``"all"`` (every value column), ``"changed"`` (only columns that changed in
+        some row, read as such where column files say so: a backfill's rows cost what its column
+        costs) or a list of column names."""
+        if isinstance(columns, str) and columns == "changed":
+            return rows_of_changed_columns(self)
+        if isinstance(columns, str) and columns != "all":
+            raise InvalidOperationError(f"rows(columns=...) takes 'all', 'changed' or a list of names, not {columns!r}")
+        if self._changed is None and self.engine == "local" and not self._budget_asked and \
+                changes_fill_candidates(self):
+            # Nearly every candidate row is a change and every change is materialized: spilling
+            # would save no memory, only add a round trip through disk.
+            budget, self._memory_budget = self._memory_budget, 1 << 62
+            try:
+                self._changed_rows()
+            finally:
+                self._memory_budget = budget
         rows = self.rows_with_row_ids().drop_columns([BEFORE_ROWID, AFTER_ROWID])
-        return rows if columns is None else project_rows(rows, columns)
+        return rows if columns is None or isinstance(columns, str) else project_rows(rows, columns)
 
     def rows_with_row_ids(self) -> pa.Table:
         """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,

@@ -86,7 +86,8 @@ def diff_options(fn):
         click.option("-o", "output", default=None, metavar="PATH",
                      help="Write to PATH; its extension picks the format (text for no extension or .txt). Rows as "
                           "Parquet: one file, or a directory with a file per table; .lance: a dataset per table."),
-        click.option("--columns", default=None, help="Comma-separated value columns to show."),
+        click.option("--columns", default=None,
+                     help="Value columns to show: all (default), changed (only those that changed), or A,B,..."),
     ]):
         fn = opt(fn)
     return fn
@@ -155,7 +156,8 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
 
     from trimerge.diff import writers
 
-    cols = [c.strip() for c in columns.split(",")] if columns else None
+    spec = (columns or "all").strip()
+    cols = None if spec in ("all", "changed") else [c.strip() for c in spec.split(",")]
     if cols:
         known = {c for td in d.tables.values() for part in td.compared_columns() for c in part}
         unknown = [c for c in cols if c not in known]
@@ -168,7 +170,8 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
         changed = {n: td for n, td in d.tables.items() if td.status != "unchanged"}
         for n, td in changed.items():
             target = output if len(changed) == 1 else f"{output.rstrip('/')}/{n}"
-            writers.write(td, target, fmt, columns=cols, limit=limit, storage_options=repo.table_store.options)
+            writers.write(td, target, fmt, columns=_shown_columns(td, spec, cols), limit=limit,
+                          storage_options=repo.table_store.options)
         emit(obj, {"written": output, "tables": sorted(changed)}, f"wrote {', '.join(sorted(changed))} to {output}")
         return
     if stat or name_only:  # counts are all these print: no changed rows are built
@@ -200,26 +203,28 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
     if fmt == "parquet":
         if len(changed) == 1:
             check_output_path(output, "parquet")
-            writers.write_parquet(next(iter(changed.values())), output, cols, limit)
+            only = next(iter(changed.values()))
+            writers.write_parquet(only, output, _shown_columns(only, spec, cols), limit)
         else:
             _parquet_directory(output)
             for n, td in changed.items():
-                writers.write_parquet(td, str(Path(output) / f"{n}.parquet"), cols, limit)
+                writers.write_parquet(td, str(Path(output) / f"{n}.parquet"), _shown_columns(td, spec, cols), limit)
         return
     if fmt == "jsonl":
         # Streamed batch by batch: a large diff never sits in memory as Python objects.
         with open(output, "w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout) as sink:
             for n, td in changed.items():
-                writers.write_jsonl(td, sink, n, cols, limit)
+                writers.write_jsonl(td, sink, n, _shown_columns(td, spec, cols), limit)
         return
     if fmt == "json":
         doc = d.to_json()
         for n, td in changed.items():
-            rows = td.head(limit, cols) if limit is not None else td.rows(cols)
+            shown = _shown_columns(td, spec, cols)
+            rows = td.head(limit, shown) if limit is not None else td.rows("changed" if spec == "changed" else shown)
             doc["tables"][n]["rows"] = rows.to_pylist()
         _write_text(obj, output, json.dumps(doc, indent=2, default=str), None, always=True)
         return
-    _write_text(obj, output, "\n".join(_text_parts(changed, limit, cols)) or "no changes", None, always=True)
+    _write_text(obj, output, "\n".join(_text_parts(changed, limit, spec, cols)) or "no changes", None, always=True)
 
 
 def _count(obj: Context, d, name_only: bool) -> None:
@@ -254,7 +259,17 @@ def _parquet_directory(output: str) -> None:
         fail(f"cannot write -o {output}: several tables changed, so it must be a directory, and it is a file")
 
 
-def _text_parts(changed: dict, limit: int | None, cols: list[str] | None) -> list[str]:
+def _shown_columns(td, spec: str, cols: list[str] | None) -> list[str] | None:
+    """The value columns shown of ``td``: ``--columns A,B``, all (None), or with ``changed`` the
+    columns its updates changed (counted through column files where it can: a backfill's rows are
+    then read as its column only); a table with inserts or deletes shows every column."""
+    if spec != "changed":
+        return cols
+    c = td.counts
+    return sorted(c.by_column) if c.updated and not (c.inserted or c.deleted) else None
+
+
+def _text_parts(changed: dict, limit: int | None, spec: str, cols: list[str] | None) -> list[str]:
     """The text rendering: per table a header, schema and index changes, then the first rows."""
     parts = []
     for n, td in changed.items():
@@ -264,7 +279,7 @@ def _text_parts(changed: dict, limit: int | None, cols: list[str] | None) -> lis
             parts.append(f"  schema: {sc.kind} {sc.column} {sc.before or ''} -> {sc.after or ''}")
         for ic in td.index_changes:
             parts.append(f"  index: {ic['change']} {ic['index']} ({ic['kind']} on {', '.join(ic['columns'])})")
-        shown = td.head(50 if limit is None else limit, cols)
+        shown = td.head(50 if limit is None else limit, _shown_columns(td, spec, cols))
         for r in shown.to_pylist():
             keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
             if r["change"] == "update":
