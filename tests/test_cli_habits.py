@@ -17,7 +17,7 @@ def commands(cmd: click.Command, path=("trimerge",)):
             yield from commands(sub, path + (name,))
 
 
-@pytest.mark.parametrize("args", [[], ["branch"], ["tag"], ["table"], ["commit"], ["index"]])
+@pytest.mark.parametrize("args", [[], ["table"], ["commit"], ["index"]])
 def test_a_group_without_a_subcommand_prints_its_help_like_help(cli, args):
     res = cli(*args)
     helped = cli(*args, "--help")

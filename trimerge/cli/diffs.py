@@ -94,7 +94,7 @@ def diff_options(fn):
 
 
 @cli.command("diff")
-@click.argument("refs", nargs=-1, required=True)
+@click.argument("refs", nargs=-1, required=True, metavar="A [B] [TABLE]...")
 @click.option("--stat", is_flag=True, help="One line per table with counts.")
 @diff_options
 @click.option("--engine", type=click.Choice(["local", "spark", "auto"]), default="auto", show_default=True,
@@ -108,12 +108,14 @@ def diff_options(fn):
 @common
 def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master,
              verbose, plan, verify) -> None:
-    """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B)."""
+    """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B); tables
+    named after the refs (or with --table) limit it to them."""
     from trimerge.diff import diff as run_diff
     from trimerge.lineage.address import is_address, parse_address
 
-    if len(refs) > 2:
-        fail("diff takes one range (A..B, A...B) or two refs")
+    # git and Dolt habits: `diff A..B [TABLE...]`, `diff A B [TABLE...]`.
+    refs, named = (refs[:1], refs[1:]) if ".." in refs[0] else (refs[:2], refs[2:])
+    tables = tuple(tables) + tuple(named)
     fmt = diff_format(obj, fmt, output, stat, name_only)
     for r in refs:
         repository = parse_address(r).repository if is_address(r) else None

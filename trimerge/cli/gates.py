@@ -85,4 +85,14 @@ def blame(obj: Context, table_name: str, ref, where, columns, fmt, output) -> No
     check_output_path(output, fmt)
     repo = obj.open(read_only=True)
     cols = [c.strip() for c in columns.split(",")] if columns is not None else None
-    print_table(repo.blame(table_name, ref=ref, where=where, columns=cols), fmt, output)
+    blamed = repo.blame(table_name, ref=ref, where=where, columns=cols)
+    if fmt == "table" and "commit" in blamed.column_names:  # read by people: git's short ids (files keep full ids)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = blamed.column("commit")
+        unique = pc.unique(ids).to_pylist()
+        short = pa.array([repo.short_id(i) if i is not None else None for i in unique], pa.string())
+        blamed = blamed.set_column(blamed.schema.get_field_index("commit"), "commit",
+                                   pc.take(short, pc.index_in(ids, value_set=pa.array(unique, ids.type))))
+    print_table(blamed, fmt, output)

@@ -22,9 +22,12 @@ from trimerge.cli.app import (
 
 
 # ---------------------------------------------------------------------------------------------- branches, tags
-@cli.group()
-def branch() -> None:
-    """Create, list and delete branches."""
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def branch(ctx: click.Context) -> None:
+    """Create, list and delete branches (bare: list them, as git does)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(branch_list)
 
 
 @branch.command("create")
@@ -116,9 +119,12 @@ def switch(obj: Context, name: str, create: bool = False, from_ref: str | None =
     emit(obj, {"branch": b.name, "commit": b.commit_id}, f"Switched to branch {b.name}")
 
 
-@cli.group()
-def tag() -> None:
-    """Create, list and delete tags."""
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def tag(ctx: click.Context) -> None:
+    """Create, list and delete tags (bare: list them, as git does)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(tag_list)
 
 
 @tag.command("create")
@@ -211,8 +217,9 @@ def commit_text(repo, c) -> list[str]:
 @click.option("--actor", default=None)
 @click.option("--limit", "-n", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @click.option("--no-maintenance", "no_maintenance", is_flag=True, help="Hide maintenance commits (optimize, compact).")
+@click.option("--oneline", is_flag=True, help="One line per commit: short id and message (as git log --oneline).")
 @common
-def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maintenance) -> None:
+def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maintenance, oneline) -> None:
     """Show history, newest first."""
     repo = obj.repo()
     if graph:
@@ -222,7 +229,8 @@ def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maint
         emit(obj, {"graph": lines}, "\n".join(lines))
         return
     commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit, maintenance=not no_maintenance)
-    emit(obj, [c.summary() for c in commits], lambda: echo_lines(commit_line(repo, c) for c in commits))
+    line = (lambda c: f"{repo.short_id(c.id)} {c.message}") if oneline else (lambda c: commit_line(repo, c))
+    emit(obj, [c.summary() for c in commits], lambda: echo_lines(line(c) for c in commits))
 
 
 @cli.command("rev-parse")

@@ -105,6 +105,10 @@ def _merge_bar(obj: Context, repo: Any, source: str, dest: str) -> Any:
     return DelayedProgress(total + 1, "merge")  # + publishing
 
 
+#: Report formats that are one JSON document (what --json may print instead of the result).
+JSON_REPORTS = ("json", "sarif")
+
+
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False, squash: bool = False,
@@ -123,6 +127,10 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             fail(f"unknown report format {fmt!r} (use {', '.join(FORMATS)})")
         if path:
             _check_output(path, f"--report {fmt}")
+        elif obj.json and (fmt not in JSON_REPORTS or sum(":" not in r for r in reports) > 1):
+            # --json promises one JSON document on stdout: a JSON report on stdout is that document.
+            fail(f"--report {fmt} prints to stdout, where --json prints one JSON document: write it to a file "
+                 f"(--report {fmt}:PATH)")
     if conflicts_file is not None:
         if Path(conflicts_file).suffix.lower() not in CONFLICTS_SUFFIXES:
             fail(f"cannot write --conflicts {conflicts_file}: use .parquet, .csv or .jsonl")
