@@ -397,8 +397,12 @@ class Repository(TableWrites):
         return self.open_table_version(self.table_version(table, ref))
 
     def read(self, table: str, ref: str | None = None, *, columns: Sequence[str] | None = None,
-             filter: str | pc.Expression | None = None) -> pa.Table:
-        """Read a table at any ref (branch, tag, commit id or prefix, expression, or an address)."""
+             where: str | pc.Expression | None = None, filter: str | pc.Expression | None = None) -> pa.Table:
+        """Read a table at any ref (branch, tag, commit id or prefix, expression, or an address);
+        ``where``: a SQL filter, as in delete, search and blame (``filter`` is its older name)."""
+        if where is not None and filter is not None:
+            raise InvalidOperationError("read takes where= or its older name filter=, not both")
+        filter = where if where is not None else filter
         table, ref = self._split_address(table, ref)
         ds = self.dataset(table, ref)
         if columns is not None:

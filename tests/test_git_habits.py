@@ -72,3 +72,12 @@ def test_json_is_one_document_even_with_reports(two_tables, cli, tmp_path):
     assert both.exit_code == 2 and both.stdout == ""
     to_file = cli("-C", path, "--json", "merge", "feat", "--dry-run", "--report", f"markdown:{tmp_path / 'r.md'}")
     assert json.loads(to_file.stdout)["status"] in ("conflicts", "merged") and (tmp_path / "r.md").exists()
+
+
+def test_read_takes_where_like_every_other_filter(two_tables):
+    from trimerge.lineage.errors import InvalidOperationError
+
+    assert two_tables.read("products", where="sku = 'B'").to_pylist() == [{"sku": "B", "name": "bread"}]
+    assert two_tables.read("products", filter="sku = 'B'").num_rows == 1  # the older name still works
+    with pytest.raises(InvalidOperationError, match="not both"):
+        two_tables.read("products", where="sku = 'B'", filter="sku = 'A'")
