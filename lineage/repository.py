@@ -421,6 +421,14 @@ class Repository(TableWrites):
             raise InvalidOperationError(
                 f"cannot read {table}: bad filter or columns ({str(exc).splitlines()[0][:200]})") from None
 
+    def sql(self, query: str, ref: str | None = None) -> pa.Table:
+        """Run one read-only SQL query (DuckDB) over the tables at ``ref`` (default: the current
+        branch): ``"t@REF"`` is table t at any other ref, and ``diff('A', 'B', 't')`` the rows that
+        changed between two refs (:mod:`trimerge.lineage.sql`)."""
+        from trimerge.lineage.sql import run_sql
+
+        return run_sql(self, query, ref)
+
     def schema(self, table: str, ref: str | None = None) -> pa.Schema:
         return self.dataset(table, ref).schema
 

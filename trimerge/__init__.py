@@ -71,6 +71,18 @@ from trimerge.lineage.namespace_hook import install as _install_namespace  # noq
 _install_namespace()
 
 
+def _sql_diff(repo, *args):
+    """``diff(...)`` in ``repo.sql``: registered here, above both packages, loaded on first use."""
+    from trimerge.diff.sqlfunctions import diff_rows
+
+    return diff_rows(repo, *args)
+
+
+from trimerge.lineage.sql import register_table_function as _register_table_function  # noqa: E402
+
+_register_table_function("diff", _sql_diff)
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib

@@ -1,0 +1,143 @@
+"""SQL over refs (``repo.sql``, ``trimerge sql``), on DuckDB.
+
+In a query, a table name is that table at the query's ref, ``"<table>@<ref>"`` is it at any other
+ref (any ref expression: ``"products@main~2"``, ``"products@v1"``), and a table function
+registered with :func:`register_table_function` (the diff package registers
+``diff('<A>', '<B>', '<table>')``) yields rows computed by trimerge. Tables are handed to DuckDB as
+Lance datasets, so DuckDB pushes its filters and column choices into Lance's scan.
+
+The query is parsed before anything is read (sqlglot, DuckDB dialect): exactly one read-only query
+or one clear error. It runs on a connection without external access (no files, no network, no
+extensions) and is interrupted after the ``checks.timeout`` setting, the limits data checks have.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+import pyarrow as pa
+
+from trimerge.lineage.errors import InvalidOperationError
+
+if TYPE_CHECKING:
+    from trimerge.lineage.repository import Repository
+
+#: Longest query text accepted.
+MAX_QUERY_CHARS = 100_000
+#: Separates a table from its ref in a table name: ``"products@main~1"``.
+REF_SEPARATOR = "@"
+
+TableFunction = Callable[..., pa.Table]
+#: name -> fn(repo, *literal arguments) -> Arrow table; see :func:`register_table_function`.
+TABLE_FUNCTIONS: dict[str, TableFunction] = {}
+
+
+def register_table_function(name: str, fn: TableFunction) -> None:
+    """Make ``name(...)`` usable in ``FROM``: ``fn(repo, *args)`` gets the repository and the
+    call's literal arguments (text or numbers) and returns the rows as an Arrow table."""
+    TABLE_FUNCTIONS[name.lower()] = fn
+
+
+def run_sql(repo: "Repository", query: Any, ref: str | None = None, timeout: float | None = None) -> pa.Table:
+    """The rows of ``query`` with its tables at ``ref`` (default: the current branch)."""
+    import duckdb
+
+    tree = _parse(query)
+    default_ref = repo.default_ref(ref)
+    con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
+    try:
+        for name, relation in _relations(repo, tree, default_ref).items():
+            con.register(name, relation)
+        seconds = float(repo.settings.get("checks.timeout")) if timeout is None else timeout
+        return _run(con, tree.sql(dialect="duckdb"), seconds)
+    finally:
+        con.close()
+
+
+def _parse(query: Any) -> Any:
+    import sqlglot
+    from sqlglot import exp
+
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidOperationError("sql: the query must be non-empty text")
+    if len(query) > MAX_QUERY_CHARS or "\x00" in query:
+        raise InvalidOperationError(f"sql: the query is longer than {MAX_QUERY_CHARS:,} characters or holds a NUL")
+    try:
+        statements = [s for s in sqlglot.parse(query, read="duckdb") if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidOperationError(f"sql: the query does not parse ({first[:200]})") from None
+    except RecursionError:
+        raise InvalidOperationError("sql: the query nests too deeply") from None
+    if len(statements) != 1:
+        raise InvalidOperationError(f"sql: give exactly one query, not {len(statements)} statements")
+    tree = statements[0]
+    writes = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Command, exp.Copy,
+              exp.Merge, exp.Set, exp.Pragma, exp.Use, exp.Transaction, exp.Commit, exp.Rollback)
+    if not isinstance(tree, exp.Query) or any(isinstance(node, writes) for node in tree.walk()):
+        raise InvalidOperationError("sql: only queries (SELECT ..., WITH ... SELECT ...) run here; nothing may write")
+    return tree
+
+
+def _relations(repo: "Repository", tree: Any, default_ref: str) -> dict[str, Any]:
+    """What each table of ``tree`` names, registered under that name: Lance datasets at refs and
+    table functions' rows (whose calls are replaced by the names, in ``tree``)."""
+    from sqlglot import exp
+
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    relations: dict[str, Any] = {}
+    for node in list(tree.find_all(exp.Table)):
+        if isinstance(node.this, exp.Anonymous) or isinstance(node.this, exp.Func):
+            name = f"__trimerge_fn_{len(relations)}"
+            relations[name] = _call(repo, node.this)
+            node.set("this", exp.to_identifier(name, quoted=True))
+            continue
+        if node.args.get("db") or node.args.get("catalog"):
+            raise InvalidOperationError(f"sql: {node.sql(dialect='duckdb')}: name a table, or \"table@ref\"")
+        name = node.name
+        if not name or name in ctes or name in relations:
+            continue
+        table, at, other = name.partition(REF_SEPARATOR)
+        relations[name] = repo.dataset(table, other if at else default_ref)
+    return relations
+
+
+def _call(repo: "Repository", call: Any) -> pa.Table:
+    from sqlglot import exp
+
+    fname = (call.name if isinstance(call, exp.Anonymous) else call.sql_name()).lower()
+    fn = TABLE_FUNCTIONS.get(fname)
+    if fn is None:
+        known = ", ".join(sorted(TABLE_FUNCTIONS)) or "none"
+        raise InvalidOperationError(f"sql: unknown table function {fname!r} (table functions: {known})")
+    args = []
+    for arg in call.expressions:
+        if not isinstance(arg, exp.Literal):
+            raise InvalidOperationError(f"sql: {fname}(...) takes text or number literals, not {arg.sql()!r}")
+        args.append(arg.this if arg.is_string else float(arg.this) if "." in arg.this else int(arg.this))
+    return fn(repo, *args)
+
+
+def _run(con: Any, sql: str, seconds: float) -> pa.Table:
+    import duckdb
+
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        return con.sql(sql).to_arrow_table()
+    except duckdb.Error as exc:
+        if fired.is_set() or isinstance(exc, duckdb.InterruptException):
+            raise InvalidOperationError(f"sql: the query did not finish within {seconds:g} s and was stopped "
+                                        "(setting checks.timeout)") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidOperationError(f"sql: {first[:300]}") from None
+    finally:
+        timer.cancel()
