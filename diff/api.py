@@ -4,7 +4,7 @@ per-table diffs of :mod:`trimerge.diff.engine`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import pyarrow as pa
 
@@ -14,10 +14,14 @@ from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
-from trimerge.display import diff_html, diff_repr, table_diff_repr
+from trimerge.lineage.display import diff_html, diff_repr, table_diff_html, table_diff_repr
 
-# Counts in a TableDiff's repr (defined here to keep the engine module about diffing).
+if TYPE_CHECKING:
+    import polars as pl
+
+# Counts in a TableDiff's repr, its first rows in a notebook (here to keep the engine about diffing).
 TableDiff.__repr__ = table_diff_repr  # type: ignore[method-assign]
+TableDiff._repr_html_ = table_diff_html  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -29,6 +33,12 @@ class Diff:
     after: Commit
     tables: dict[str, TableDiff] = field(default_factory=dict)
     three_dot: bool = False
+
+    def stat_polars(self) -> "pl.DataFrame":
+        """:meth:`stat` as a polars DataFrame (no copy)."""
+        import polars as pl
+
+        return pl.from_arrow(self.stat())  # type: ignore[return-value]
 
     def stat(self) -> pa.Table:
         """One row per table: status, inserted, deleted, updated, cells changed, schema and index

@@ -299,6 +299,10 @@ class TableDiff:
         rows = self.rows_with_row_ids().drop_columns([BEFORE_ROWID, AFTER_ROWID])
         return rows if columns is None or isinstance(columns, str) else project_rows(rows, columns)
 
+    def rows_polars(self, columns: str | Sequence[str] | None = "all") -> pl.DataFrame:
+        """:meth:`rows` as a polars DataFrame (no copy): what a notebook shows as a table."""
+        return pl.from_arrow(self.rows(columns))  # type: ignore[return-value]
+
     def rows_with_row_ids(self) -> pa.Table:
         """:meth:`rows` plus each side's stable row id of the row (``_before_rowid``,
         ``_after_rowid``; null where the row is absent) — what a merge needs to rewrite rows in place."""

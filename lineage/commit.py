@@ -109,8 +109,8 @@ class Commit:
         return isinstance(other, Commit) and other.id == self.id
 
     def __repr__(self) -> str:
-        """Short: id, branch, actor, time, message (cut) and counts (``trimerge.display``)."""
-        from trimerge.display import commit_repr
+        """Short: id, branch, actor, time, message (cut) and counts (``trimerge.lineage.display``)."""
+        from trimerge.lineage.display import commit_repr
 
         return commit_repr(self)
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import polars as pl
 
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, TrimergeError
@@ -95,14 +98,14 @@ class Conflict:
                 for c in columns[:8]]
 
     def __repr__(self) -> str:
-        """Short: kind, table, key and columns, never the values (``trimerge.display``)."""
-        from trimerge.display import conflict_repr
+        """Short: kind, table, key and columns, never the values (``trimerge.lineage.display``)."""
+        from trimerge.lineage.display import conflict_repr
 
         return conflict_repr(self)
 
     def _repr_html_(self) -> str:
         """Notebook view: one row with base, dest and source values (cut)."""
-        from trimerge.display import conflict_html
+        from trimerge.lineage.display import conflict_html
 
         return conflict_html(self)
 
@@ -190,15 +193,21 @@ class MergeResult:
         """One row per conflicting cell (``row.update_update``), row or table; values as JSON text."""
         return conflicts_table(self.conflicts)
 
+    def conflicts_polars(self) -> "pl.DataFrame":
+        """:meth:`conflicts_table` as a polars DataFrame (no copy): a table in a notebook."""
+        import polars as pl
+
+        return pl.from_arrow(self.conflicts_table())  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         """Short: status, refs, commit, conflict counts by kind and touched tables (bounded)."""
-        from trimerge.display import merge_result_repr
+        from trimerge.lineage.display import merge_result_repr
 
         return merge_result_repr(self)
 
     def _repr_html_(self) -> str:
         """Notebook view: status, per-table statistics and the first conflicts."""
-        from trimerge.display import merge_result_html
+        from trimerge.lineage.display import merge_result_html
 
         return merge_result_html(self)
 
