@@ -200,7 +200,8 @@ def lance_arguments(spec: IndexSpec, ds: "lance.LanceDataset") -> dict[str, Any]
     args = dict(spec.params)
     if spec.kind in VECTOR_KINDS:
         rows = max(1, ds.count_rows())
-        args.setdefault("num_partitions", max(1, min(256, int(math.sqrt(rows)))))
+        # Lance trains at most one IVF partition per 256 vectors (and warns when asked for more).
+        args.setdefault("num_partitions", max(1, min(256, math.isqrt(rows), rows // 256)))
         args["num_partitions"] = min(args["num_partitions"], rows)  # k-means needs a row per centroid
         if spec.kind == "IVF_PQ" and "num_sub_vectors" not in args:
             dim = ds.schema.field(spec.column).type.list_size
