@@ -59,9 +59,11 @@ class Classified:
     value_columns: list[str]
 
 
-def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Schema, granularity: str) -> Classified:
+def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Schema, granularity: str,
+             restored: Sequence[str] = ()) -> Classified:
     """Classify the keys of the source's changes ``theirs`` against dest's changes ``ours`` (both as
-    :meth:`TableDiff.rows_with_row_ids`)."""
+    :meth:`TableDiff.rows_with_row_ids`). ``restored``: columns dest had dropped that the merge
+    brings back filled with the source's values (``schema.drop_modify`` settled ``theirs``)."""
     key = list(key)
     value_columns = [f.name for f in merged if f.name not in key]
     merged = arrowtypes.safe_schema(merged)  # decimal256 is carried as polars can hold it
@@ -82,7 +84,7 @@ def classify(ours: pa.Table, theirs: pa.Table, key: Sequence[str], merged: pa.Sc
         both_t.select(*key, pl.col("change").alias("\x01change_t"), pl.col("changed_columns").alias("\x01changed_t"),
                       pl.col("before").alias("\x01before_t"), pl.col("after").alias("\x01after_t")),
         on=key, how="inner", nulls_equal=True)
-    j = _flatten(j, merged, value_columns)
+    j = _flatten(j, merged, value_columns, set(restored))
     return Classified(source_only, _operations(j, value_columns, granularity), key, value_columns)
 
 
@@ -92,16 +94,23 @@ def struct_fields(frame: pl.DataFrame, column: str) -> list[str]:
     return [f.name for f in dtype.fields] if isinstance(dtype, pl.Struct) else []
 
 
-def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str]) -> pl.DataFrame:
+def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str], restored: set[str]) -> pl.DataFrame:
     """Each side's values as plain columns. Values are compared in their own types (``raw``) and
     kept for writing in the merged type; a source column that does not convert (a type conflict
     dest keeps) is written with dest's values."""
     fo, ft = struct_fields(j, "\x01after_o"), struct_fields(j, "\x01after_t")
     fb_o, fb_t = struct_fields(j, "\x01before_o"), struct_fields(j, "\x01before_t")
-    exprs = [pl.col("\x01after_o").is_not_null().alias("\x01has_o"), pl.col("\x01after_t").is_not_null().alias("\x01has_t"),
-             (pl.col("\x01before_o").is_not_null() | pl.col("\x01before_t").is_not_null()).alias("\x01has_b")]
+    # Whether a side holds the row follows from the change, never from its image: a table with no
+    # value column left has no image at all (a null struct) for the rows it holds.
+    exprs = [(pl.col("\x01change_o") != "delete").alias("\x01has_o"),
+             (pl.col("\x01change_t") != "delete").alias("\x01has_t"),
+             ((pl.col("\x01change_o") != "insert") | (pl.col("\x01change_t") != "insert")).alias("\x01has_b")]
     for c in value_columns:
-        exprs.append(pl.col("\x01after_o").struct.field(c).alias(col("o", c)) if c in fo else pl.lit(None).alias(col("o", c)))
+        # A restored column holds the source's value on every row of dest before the fold writes,
+        # so that is dest's value: the source's value of it is never a change against dest's.
+        mine = ("\x01after_t", ft) if c in restored else ("\x01after_o", fo)
+        exprs.append(pl.col(mine[0]).struct.field(c).alias(col("o", c)) if c in mine[1] else
+                     pl.lit(None).alias(col("o", c)))
         # A column the source lacks (it dropped it, or dest added it) keeps dest's value there.
         exprs.append(pl.col("\x01after_t").struct.field(c).alias(col("t", c)) if c in ft else
                      pl.col("\x01after_o").struct.field(c).alias(col("t", c)) if c in fo else pl.lit(None).alias(col("t", c)))

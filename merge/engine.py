@@ -28,8 +28,8 @@ from trimerge.lineage.derived import check_on_stale
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
 from trimerge.merge.gates import Gate, merge_checks
-from trimerge.merge.plan import ThreeWay
-from trimerge.merge.publish import publish
+from trimerge.merge.plan import ThreeWay, same_content
+from trimerge.merge.publish import changes_anything, publish
 from trimerge.merge.resolutions import Resolutions, check_writable, write_conflicts
 from trimerge.merge.resolve import Resolver
 from trimerge.merge.result import (
@@ -115,7 +115,8 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
          merge_commit: bool, engine: str = "local", spark: Any = None, resolutions: Any = None,
          conflicts_file: str | None = None, max_conflicts: int | None = MAX_CONFLICTS,
          verify: bool | None = None, only: set[str] | None = None, on_stale: str = "report",
-         progress: Progress | None = None, checks: bool = True) -> MergeResult:
+         progress: Progress | None = None, checks: bool = True,
+         replaying: tuple[Commit, Commit] | None = None) -> MergeResult:
     validate_options(strategy, granularity)
     if not isinstance(checks, bool):
         raise InvalidOperationError(f"checks= takes True or False, not {checks!r}")
@@ -139,7 +140,7 @@ def _run(repo: Repository, *, source_ref: str, dest: str, theirs: Commit, bases:
                              bases=bases, is_virtual=is_virtual, strategy=strategy, granularity=granularity,
                              dry_run=dry_run, actor=actor, message=message, metadata=metadata,
                              merge_commit=merge_commit, conflicts_file=conflicts_file, max_conflicts=max_conflicts,
-                             progress=progress, checks=checks)
+                             progress=progress, checks=checks, replaying=replaying)
         finally:
             three.close()
     return result
@@ -149,9 +150,14 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
             ours: Commit, theirs: Commit, bases: list[Commit], is_virtual: bool, strategy: Any, granularity: str,
             dry_run: bool, actor: str | None, message: str, metadata: Mapping[str, str] | None, merge_commit: bool,
             conflicts_file: str | None, max_conflicts: int | None, progress: Progress | None = None,
-            checks: bool = True) -> MergeResult:
+            checks: bool = True, replaying: tuple[Commit, Commit] | None = None) -> MergeResult:
     """The result of a planned merge: its conflicts (also to ``conflicts_file``), or its commit;
-    the data checks gating ``dest`` run on the result first (:mod:`trimerge.merge.gates`)."""
+    the data checks gating ``dest`` run on the result first (:mod:`trimerge.merge.gates`).
+    ``replaying``: (parent, commit) of a cherry-pick or revert, for the rule on empty commits.
+
+    A dry run ends where the real run would publish and answers what it would: ``up-to-date``
+    when it would publish nothing, and the error it would raise for a source or base whose data
+    gc has reclaimed."""
     check_records = merge_checks(three)  # may add check.update_update conflicts
     unused = resolver.unused()
     if unused:
@@ -172,8 +178,19 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
         if not dry_run:
             raise MergeConflictError(result)
         return result
+    refers = [theirs.id, *(b.id for b in bases)]  # the source and base data it may reuse
+    # Git's rule on empty commits, by content, whatever the storage or the plan: a one-parent
+    # commit that would change nothing is not published (the change is there already), except
+    # the replay of a commit that changed nothing itself, which is kept.
+    empty = not merge_commit and not changes_anything(repo, three.plans, ours, check_records)
+    keep_empty = empty and replaying is not None and started_empty(repo, *replaying)
     if dry_run:
         gate.dry(three.plans, ours)
+        if result.status == "merged":
+            if empty and not keep_empty:
+                result.status = "up-to-date"
+            else:
+                repo.reclaimed.check(refers)  # what the publish checks last (lineage/transaction.py)
         return result
     meta = {"merge.resolved_by_hand": str(given.applied),
             "merge.resolved_by_strategy": str(sum(p.stats.resolved for p in three.plans.values())),
@@ -183,16 +200,22 @@ def _finish(repo: Repository, three: ThreeWay, given: Resolutions, resolver: Res
             **({"merge.strategy": json.dumps(strategy) if not isinstance(strategy, str) else strategy}
                if strategy else {}),
             **(metadata or {})}
-    refers = [theirs.id, *(b.id for b in bases)]  # the source and base data it may reuse
     if progress is not None:
         progress(dest, "publish")
     result.commit = publish(repo, three.plans, dest, ours, [theirs.id] if merge_commit else [], refers, actor,
-                            message, meta, gate=gate)
+                            message, meta, gate=gate, keep_empty=keep_empty)
     if progress is not None:
         progress(dest, "published")
     if result.commit is None:
         result.status = "up-to-date"
     return result
+
+
+def started_empty(repo: Repository, parent: Commit, commit: Commit) -> bool:
+    """Whether ``commit`` changed no content of its parent (an upsert of rows as they were, a
+    compaction): git's "started empty", kept when replayed."""
+    return all(same_content(repo, name, parent.tables.get(name), commit.tables.get(name))
+               for name in sorted(parent.tables.keys() | commit.tables.keys()))
 
 
 def stale_keys(plans: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -320,7 +343,7 @@ def _apply_commit(commit: str | Ref, branch: str | Ref, *, invert: bool, repo: R
                 granularity=granularity, dry_run=dry_run, actor=actor, message=message or default,
                 metadata={f"{verb.replace('-', '_')}.commit": picked.id, **(metadata or {})}, merge_commit=False,
                 resolutions=resolutions, conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,
-                on_stale=on_stale, checks=checks)
+                on_stale=on_stale, checks=checks, replaying=(parent, picked))
 
 
 def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None = None,
@@ -330,7 +353,13 @@ def cherry_pick(commit: str | Ref, branch: str | Ref, *, repo: Repository | None
            max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None,
            on_stale: str = "report", checks: bool = True) -> MergeResult:
     """Apply the changes ``commit`` made (relative to its first parent) to ``branch``: a three-way
-    merge with base = the commit's parent, source = the commit. Publishes a one-parent commit."""
+    merge with base = the commit's parent, source = the commit. Publishes a one-parent commit.
+
+    Empty commits follow git's rule, judged by content (rows, schema, indices, declarations,
+    checks), never by storage or merge plan: when ``branch`` has the change already nothing is
+    published (status ``up-to-date``; a rebase drops the commit), but a commit that changed
+    nothing itself (an upsert of rows as they were, a compaction) is replayed as a commit that
+    changes nothing. The same holds for :func:`revert`."""
     return _apply_commit(commit, branch, invert=False, repo=repo, strategy=strategy, granularity=granularity,
                          dry_run=dry_run, actor=actor, message=message, metadata=metadata, resolutions=resolutions,
                          conflicts_file=conflicts_file, max_conflicts=max_conflicts, verify=verify,

@@ -53,15 +53,22 @@ def merge_definitions(table: str, base: Definitions, ours: Definitions, theirs: 
     return (None if unresolved else merged), changes
 
 
+def index_edits(have: Definitions, columns: set[str], wanted: Definitions) -> tuple[list[str], list[str]]:
+    """(Indices to drop, indices to build) so that a table with indices ``have`` and ``columns``
+    carries exactly ``wanted``: a wanted index present already, or whose column did not survive
+    the merge, is left alone."""
+    drops = sorted(n for n in have if n not in wanted)
+    builds = sorted(n for n, d in wanted.items() if have.get(n) != d and set(d[0]) <= columns)
+    return drops, builds
+
+
 def reconcile(tx: Any, table: str, wanted: Mapping[str, tuple]) -> None:
     """Make ``table`` in transaction ``tx`` carry exactly the ``wanted`` indices: drop the others,
     build the missing or differently defined ones (only those are trained)."""
     have = {i.name: i.definition for i in tx.indices(table) if i.name != KEY_INDEX}
-    columns = set(tx.schema(table).names)
-    for name in sorted(have):
-        if name not in wanted:
-            tx.drop_index(table, name)
-    for name, (cols, kind, params) in sorted(wanted.items()):
-        if have.get(name) == (cols, kind, params) or not set(cols) <= columns:
-            continue  # present already, or its column did not survive the merge
+    drops, builds = index_edits(have, set(tx.schema(table).names), wanted)
+    for name in drops:
+        tx.drop_index(table, name)
+    for name in builds:
+        cols, kind, params = wanted[name]
         tx.create_index(table, cols[0], kind, name=name, replace=name in have, **json.loads(params))

@@ -1,7 +1,8 @@
 """The three-way table at table level, and the planning of each table's merge.
 
 Per table, with base B, ours O (the destination) and theirs T (the source): changed on one side
-only → taken from that side without touching data (dest points at the source's Lance version);
+only → taken from that side without touching data (dest points at the source's Lance version;
+a source that moved the table's storage alone, with the same content, gives nothing to take);
 added on one side → added; dropped on one side and unchanged on the other → dropped; dropped vs
 modified → ``table.drop_modify``; added on both → merged row by row against an empty base if keys
 and schemas agree, else ``table.add_add``; changed on both → schema merge
@@ -41,6 +42,23 @@ Tables = Mapping[str, TableVersion]
 
 def _location(tv: TableVersion | None) -> tuple[str, str, int] | None:
     return tv.location if tv else None
+
+
+def same_content(repo: Repository, name: str, a: TableVersion | None, b: TableVersion | None,
+                 d: TableDiff | None = None) -> bool:
+    """Whether two versions of table ``name`` hold the same content — rows, schema and key, index
+    definitions, derived declarations and checks — however they are stored (a rewrite, a
+    compaction, the same change made twice). ``d``: the diff from ``a`` to ``b``, if at hand."""
+    if a is None or b is None:
+        return a is b
+    if (a.primary_key, a.derived, a.checks) != (b.primary_key, b.derived, b.checks):
+        return False
+    if a.location == b.location and a.index_params == b.index_params:
+        return True
+    if definitions(repo.open_table_version, a) != definitions(repo.open_table_version, b):
+        return False
+    d = d or TableDiff(name, Snapshot(repo, a, RowCache()), Snapshot(repo, b))
+    return not d.changed
 
 
 class ThreeWay:
@@ -202,9 +220,13 @@ class ThreeWay:
             # Only the source changed it (or dropped it): take the source's table as is.
             if t is None:
                 plan.drop, plan.stats.action = True, "dropped"
-            else:
-                plan.set_to, plan.stats.action = t, "taken"
-                plan.stats.rows_from_source = self.diff(name, b, t).counts.rows_changed
+                return plan
+            d_t = self.diff(name, b, t)
+            if same_content(self.repo, name, b, t, d_t):
+                plan.stats.action = "kept"  # the source moved its storage alone: nothing to take
+                return plan
+            plan.set_to, plan.stats.action = t, "taken"
+            plan.stats.rows_from_source = d_t.counts.rows_changed
             return plan
         if o is None and t is None:
             plan.stats.action = "dropped"
@@ -214,8 +236,8 @@ class ThreeWay:
         if self.granularity == "table":
             if not self.diff(name, b, o).changed:
                 return self.take(plan, t, THEIRS)
-            if not self.diff(name, b, t).changed:
-                plan.stats.action = "kept"
+            if not self.diff(name, b, t).changed or not self.diff(name, o, t).changed:
+                plan.stats.action = "kept"  # the source changed nothing, or both made the same change
                 return plan
             return self.table_conflict(plan, Conflict("table.update_update", name, message="changed on both sides"))
         return self.merge_rows(plan, b, o, t)
@@ -248,11 +270,15 @@ class ThreeWay:
 
             count_together([d_o, d_t], self.spark)
         ours = dest_rows(d_o, d_t)  # the rows the fold reads: dest's, of the keys the source changed
+        source_rows_same = b is not None and not d_t.changed
+        if source_rows_same and self.same_indices(b, t):
+            plan.stats.action = "kept"  # the source only rewrote it: nothing to take, not even its storage
+            return plan
         if b is not None and not dest_changed(ours, d_o) and self.same_indices(b, o):
             plan.set_to, plan.stats.action = t, "taken"  # dest rewrote it without changing it
             plan.stats.rows_from_source = d_t.counts.rows_changed
             return plan
-        if b is not None and not d_t.changed:
+        if source_rows_same:
             plan.stats.action = "kept"
             return plan
         sb = self.repo.open_table_version(b).schema if b else None
@@ -296,7 +322,7 @@ class ThreeWay:
         in bucket order, so the result and the order of conflicts do not depend on the threads.
         Hand resolutions are looked up (and marked used) by one thread: those folds run in turn."""
         def work(pair: tuple[pa.Table, pa.Table]) -> tuple[Any, TablePlan | None, list[Conflict]]:
-            classified = classify(pair[0], pair[1], key, merged, self.granularity)
+            classified = classify(pair[0], pair[1], key, merged, self.granularity, plan.restore_columns)
             if self.resolver.by_hand:
                 return classified, None, []
             part, found = plan.part(), []

@@ -12,7 +12,7 @@ from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError
 from trimerge.lineage.repository import Repository
 from trimerge.merge.edits import TablePlan, conform_rows
-from trimerge.merge.indices import reconcile
+from trimerge.merge.indices import definitions, index_edits, reconcile
 
 UPSERT_ROWS = 1 << 20  # rows per key-joined write when row ids cannot be used
 
@@ -30,6 +30,22 @@ def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> No
             reconcile(tx, name, plan.indices)
         if plan.derived is not None and not plan.drop:
             tx.set_derived_declarations(name, plan.derived)
+
+
+def changes_anything(repo: Repository, plans: Mapping[str, TablePlan], ours: Commit,
+                     checks: Mapping[str, tuple[tuple[str, str], ...]]) -> bool:
+    """Whether applying ``plans`` and the merged check definitions ``checks`` to ``ours`` changes
+    anything — what :func:`publish` finds once it has written them, known without writing, so a
+    dry run answers what the real run does."""
+    for name, plan in plans.items():
+        current = ours.tables.get(name)
+        if plan.drop or plan.set_to is not None or plan.writes or plan.derived is not None:
+            return True
+        if plan.indices is not None and current is not None:
+            have = definitions(repo.open_table_version, current)
+            if any(index_edits(have, set(repo.open_table_version(current).schema.names), plan.indices)):
+                return True
+    return any(name in ours.tables and ours.tables[name].checks != record for name, record in checks.items())
 
 
 def _apply_writes(repo: Repository, tx: Any, name: str, plan: TablePlan) -> None:
@@ -100,10 +116,12 @@ def _restore_columns(repo: Repository, tx: Any, name: str, plan: TablePlan) -> N
 
 def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_tip: Commit,
             extra_parents: Sequence[str], refers: Sequence[str], actor: str | None, message: str,
-            metadata: Mapping[str, str] | None, gate: Callable[[Any], None] | None = None) -> Commit | None:
-    """One commit on ``dest`` applying ``plans`` (None: nothing to publish). Refused with a
-    retryable error if ``dest`` moved since ``dest_tip`` was read. ``gate(tx)`` runs on the built
-    result before it publishes (the merge's data checks, :mod:`trimerge.merge.gates`): raising aborts."""
+            metadata: Mapping[str, str] | None, gate: Callable[[Any], None] | None = None,
+            keep_empty: bool = False) -> Commit | None:
+    """One commit on ``dest`` applying ``plans`` (None: nothing to publish, unless ``keep_empty``).
+    Refused with a retryable error if ``dest`` moved since ``dest_tip`` was read. ``gate(tx)`` runs
+    on the built result before it publishes (the merge's data checks, :mod:`trimerge.merge.gates`):
+    raising aborts."""
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
     tx.merging = True  # a merge may write a protected branch (lineage/protection.py)
     tx.begin()
@@ -117,7 +135,8 @@ def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_ti
             tx.add_parent(p)
         if gate is not None:
             gate(tx)
-        if not extra_parents and not tx.has_changes:
+        tx.keep_empty = keep_empty
+        if not extra_parents and not tx.has_changes and not keep_empty:
             tx.abort()
             return None
         return tx.publish()

@@ -121,16 +121,22 @@ def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: 
     theirs_rows, located = _restricted(theirs, keys_o)
     part = plan.part()
     fold(part, classify(ours_rows, theirs_rows, key, merged, granularity), resolver, merged, report)
+    plan.stats.plan = "source"
+    if not part.writes and theirs.counts.rows_changed == theirs_rows.num_rows:
+        # Every key the source changed is one of dest's and the fold takes nothing from it: the
+        # result is dest's table as it is. Pointing dest at the source's storage instead would
+        # publish a change of storage alone (an empty cherry-pick, a replay a rebase keeps).
+        plan.absorb(part)
+        return
     decided = [t.select(key) for t in part.upserts.tables()] + [t.select(key) for t in part.deletes]
     kept = _without(ours_rows, decided, key)  # dest's change the fold left as it is: dest's rows
-    present = pc.is_valid(kept.column("after"))
+    present = pc.not_equal(kept.column("change"), "delete")  # a key-only table's rows have no image
     rows = kept.filter(present)
     after = rows.column("after").combine_chunks() if rows.num_rows else None
-    own = pa.table([rows.column(k) for k in key] + [after.field(i) for i in range(after.type.num_fields)],
-                   names=key + [after.type.field(i).name for i in range(after.type.num_fields)]) \
-        if after is not None else None
+    n = after.type.num_fields if after is not None and pa.types.is_struct(after.type) else 0
+    own = pa.table([rows.column(k) for k in key] + [after.field(i) for i in range(n)],
+                   names=key + [after.type.field(i).name for i in range(n)]) if after is not None else None
     plan.set_to = theirs.after_snapshot.tv
-    plan.stats.plan = "source"
     plan.absorb(part)
     # Every row the source's table holds for dest's keys goes; the final rows of those keys come
     # back (the fold's, and dest's own where the fold left them): one write, no lookup by key.
