@@ -71,7 +71,7 @@ class CheckResult:
         return self.failing_rows == 0
 
     def to_json(self) -> dict[str, Any]:
-        from trimerge.merge.result import jsonable
+        from trimerge.lineage.jsonvalues import jsonable
 
         return {"name": self.name, "table": self.table, "failing_rows": self.failing_rows,
                 "sample_keys": [jsonable(k) for k in self.sample_keys], "sql": self.sql, "passed": self.passed}

@@ -156,7 +156,12 @@ def sarif(result: "MergeResult") -> str:
     """SARIF 2.1.0: one result per conflict, located at the table's stable URI ``tables/<table>``
     (physical, with the key in the region's snippet and the message) and logically at table[key];
     ``partialFingerprints`` (kind, table, key, columns) let code scanning match results across runs."""
-    from trimerge import __version__
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        __version__ = version("trimerge")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        __version__ = "0+unknown"
 
     results = []
     for c in result.conflicts:

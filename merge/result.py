@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, TrimergeError
+from trimerge.lineage.jsonvalues import jsonable as jsonable  # used here, and by reports
 
 Strategy = Literal["source-wins", "dest-wins"]
 Granularity = Literal["cell", "row", "table"]
@@ -237,21 +238,6 @@ class MergeResult:
         from trimerge.merge.reports import render
 
         return render(self, fmt)
-
-
-def jsonable(v: Any) -> Any:
-    """``v`` with every value JSON can hold as is, and the rest as text (bytes as hex)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
-    if isinstance(v, Mapping):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, bytes):
-        return v.hex()
-    return str(v)
 
 
 CONFLICTS_SCHEMA = pa.schema([("kind", pa.string()), ("table", pa.string()), ("key", pa.string()),

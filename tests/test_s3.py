@@ -172,7 +172,7 @@ def test_local_cluster_reads_s3_with_options_carried_by_the_tasks(s3_uri, local_
         import lance
         import trimerge
         from trimerge.diff import diff
-        from trimerge.diff import spark_job
+        from trimerge.cli import spark_job
         assert not [k for k in os.environ if k.startswith("AWS_")]
         options = {options!r}
         repo = trimerge.Repository.open({uri!r}, read_only=True, storage_options=options)

@@ -2,7 +2,7 @@
 
     spark-submit --master spark://HOST:7077 \\
         --conf spark.pyspark.python=/path/to/venv/bin/python \\
-        $(python -c 'import trimerge.diff.spark_job as m; print(m.__file__)') \\
+        $(python -c 'import trimerge.cli.spark_job as m; print(m.__file__)') \\
         /data/flights-repo main feature -o /data/out/diff.parquet
 
 Executors need pylance and pyarrow (the same versions as the driver); they do not need trimerge
