@@ -199,6 +199,7 @@ def blame(repo: "Repository", table: str, *, ref: str | None = None, where: str 
         if unknown or not columns:
             raise InvalidOperationError(f"blame {table}: no column(s) {', '.join(map(repr, unknown)) or '(none given)'} "
                                         f"(columns: {', '.join(ds.schema.names)})")
+        columns = list(dict.fromkeys(columns))  # a column named twice is blamed once: one walk, one cell per row
     if where is not None:
         where = check_filter(where, "where")
         plan_filter(ds, where, f"blame {table}")

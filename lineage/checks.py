@@ -8,12 +8,20 @@ copied), with file access disabled. Only a single query is accepted: anything th
 attaches or sets is refused when the check is added.
 
 ``gates`` names the branches whose merges a check gates; None means every protected branch.
+
+A check's query must return the table's key columns (refused when the check is added: the keys
+are what a failing result names), and runs within the ``checks.timeout`` setting: a query still
+running then is interrupted and the check fails to run (one line; a gated merge aborts and its
+branch lease is released) — an endless query would otherwise hang ``check run`` and every gated
+merge.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -26,6 +34,7 @@ if TYPE_CHECKING:
 
 SAMPLE_KEYS = 5  # failing rows' keys a result carries
 MAX_SQL = 100_000
+TIMEOUT_SETTING = "checks.timeout"
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,20 @@ def all_checks(tables: Mapping[str, TableVersion]) -> list[Check]:
                   key=lambda c: (c.name, c.table))
 
 
+def judging(before: Mapping[str, TableVersion], after: Mapping[str, TableVersion], branch: str,
+            protected: Iterable[str]) -> list[Check]:
+    """The checks that judge a change of ``branch`` from tables ``before`` to ``after`` (a merge,
+    a rebase): those gating it in ``after``, and — so that no change removes a gate unseen — those
+    gating it in ``before`` that the change removes or stops gating it with, as they were defined.
+    A check whose table ``after`` no longer has is not run: no rows are left for it to judge."""
+    protected = set(protected)
+    now = [c for c in all_checks(after) if c.gates_branch(branch, protected)]
+    kept = {(c.name, c.table) for c in now}
+    removed = [c for c in all_checks(before) if c.gates_branch(branch, protected)
+               and (c.name, c.table) not in kept and c.table in after]
+    return sorted(now + removed, key=lambda c: (c.name, c.table))
+
+
 # ---------------------------------------------------------------------------------------------- SQL
 def checked_sql(sql: Any, what: str) -> str:
     """``sql`` if it is one read-only query (sqlglot, DuckDB dialect); one clear error otherwise."""
@@ -132,13 +155,14 @@ def _connect(table: str, dataset: Any) -> Any:
     return con
 
 
-def bind(table: str, dataset: Any, sql: str, what: str) -> list[str]:
+def bind(table: str, dataset: Any, sql: str, what: str, timeout: float | None = None) -> list[str]:
     """The query's output columns, binding it against the table without running it."""
     import duckdb
 
     con = _connect(table, dataset)
     try:
-        return list(con.sql(sql).columns)
+        with _deadline(con, timeout):
+            return list(con.sql(sql).columns)
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidOperationError(f"{what}: the SQL does not run on table {table!r}: {first[:300]}") from None
@@ -146,42 +170,82 @@ def bind(table: str, dataset: Any, sql: str, what: str) -> list[str]:
         con.close()
 
 
-def run_check(check: Check, dataset: Any, primary_key: Sequence[str]) -> CheckResult:
+def run_check(check: Check, dataset: Any, primary_key: Sequence[str], timeout: float | None = None) -> CheckResult:
     """Run ``check`` on ``dataset`` (the table as the ref or the merge's result has it): count the
     failing rows and take the first ones' keys, in one pass over what the query reads."""
     con = _connect(check.table, dataset)
     try:
-        return _run_on(con, check, primary_key)
+        return _run_on(con, check, primary_key, default_timeout() if timeout is None else timeout)
     finally:
         con.close()
 
 
-def _run_on(con: Any, check: Check, primary_key: Sequence[str]) -> CheckResult:
-    """``check`` on a connection where its table is registered (and no other)."""
+@contextlib.contextmanager
+def _deadline(con: Any, seconds: float | None):
+    """Interrupt ``con``'s query after ``seconds`` (None: never); yields the timer, ``.fired`` once it went off."""
+    def fire() -> None:
+        timer.fired = True  # type: ignore[attr-defined]
+        try:
+            con.interrupt()
+        except Exception:  # the query ended (and the connection closed) as the time ran out: nothing to stop
+            pass
+
+    timer = threading.Timer(seconds or 0, fire)
+    timer.fired = False  # type: ignore[attr-defined]
+    timer.daemon = True
+    if seconds is not None:
+        timer.start()
+    try:
+        yield timer
+    finally:
+        timer.cancel()
+
+
+def default_timeout() -> float:
+    from trimerge.lineage.settings import SETTINGS
+
+    return float(SETTINGS[TIMEOUT_SETTING].default)
+
+
+def _run_on(con: Any, check: Check, primary_key: Sequence[str], timeout: float | None = None) -> CheckResult:
+    """``check`` on a connection where its table is registered (and no other), interrupted after
+    ``timeout`` seconds."""
     import duckdb
 
-    try:
-        columns = list(con.sql(check.sql).columns)
-        keys = [k for k in primary_key if k in columns]
-        quoted = ", ".join('"' + k.replace('"', '""') + '"' for k in keys)
-        if keys:
-            rows = con.sql(f"SELECT {quoted}, count(*) OVER () AS __trimerge_n FROM ({check.sql}) AS failing "
-                           f"ORDER BY {quoted} LIMIT {SAMPLE_KEYS}").fetchall()
-            n = rows[0][-1] if rows else 0
-            sample = [dict(zip(keys, r[:-1])) for r in rows]
-        else:
-            n, sample = con.sql(f"SELECT count(*) FROM ({check.sql}) AS failing").fetchone()[0], []
-    except duckdb.Error as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidOperationError(f"check {check.name!r} on {check.table!r} failed to run: {first[:300]}") from None
+    with _deadline(con, timeout) as timer:
+        try:
+            return _query(con, check, primary_key)
+        except duckdb.Error as exc:
+            if timer.fired:
+                raise InvalidOperationError(
+                    f"check {check.name!r} on {check.table!r} did not finish within {timeout:g} s and was stopped "
+                    f"(setting {TIMEOUT_SETTING}; make the query cheaper or raise the setting)") from None
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InvalidOperationError(f"check {check.name!r} on {check.table!r} failed to run: {first[:300]}") from None
+
+
+def _query(con: Any, check: Check, primary_key: Sequence[str]) -> CheckResult:
+    columns = list(con.sql(check.sql).columns)
+    keys = [k for k in primary_key if k in columns]
+    quoted = ", ".join('"' + k.replace('"', '""') + '"' for k in keys)
+    if keys:
+        rows = con.sql(f"SELECT {quoted}, count(*) OVER () AS __trimerge_n FROM ({check.sql}) AS failing "
+                       f"ORDER BY {quoted} LIMIT {SAMPLE_KEYS}").fetchall()
+        n = rows[0][-1] if rows else 0
+        sample = [dict(zip(keys, r[:-1])) for r in rows]
+    else:  # a check added before key columns were required: counted, no keys to show
+        n, sample = con.sql(f"SELECT count(*) FROM ({check.sql}) AS failing").fetchall()[0][0], []
     return CheckResult(check.name, check.table, int(n), sample, check.sql)
 
 
-def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, TableVersion]) -> list[CheckResult]:
-    """Run every check against ``open_table(table)`` (a Lance dataset); a check whose table is gone
-    is reported as failing to run."""
+def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, TableVersion],
+            timeout: float | None = None) -> list[CheckResult]:
+    """Run every check against ``open_table(table)`` (a Lance dataset), each within ``timeout``
+    seconds (default: the ``checks.timeout`` setting's default); a check whose table is gone is
+    reported as failing to run."""
     import duckdb
 
+    timeout = default_timeout() if timeout is None else timeout
     out: list[CheckResult] = []
     con = None
     try:
@@ -192,7 +256,7 @@ def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, Table
                 con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
             con.register(check.table, open_table(check.table))
             try:
-                out.append(_run_on(con, check, tables[check.table].primary_key))
+                out.append(_run_on(con, check, tables[check.table].primary_key, timeout))
             finally:
                 con.unregister(check.table)
     finally:
@@ -236,7 +300,13 @@ class Checks:
         existing = self.list(target)
         if any(c.name == name for c in existing):
             raise AlreadyExistsError(f"a check named {name!r} exists already at {target}")
-        bind(table, repo.open_table_version(tv), sql, what)
+        returned = bind(table, repo.open_table_version(tv), sql, what, repo.settings.get(TIMEOUT_SETTING))
+        missing = [k for k in tv.primary_key if k not in returned]
+        if missing:
+            raise InvalidOperationError(
+                f"{what}: the query must return the key column(s) of {table!r} ({', '.join(tv.primary_key)}) so a "
+                f"failure names its rows; it returns {', '.join(returned) or 'no columns'} "
+                f"(select them, e.g. SELECT * FROM {table} WHERE ...)")
         check = Check(name, table, sql, gates_t)
         with repo.transaction(target, actor=actor, message=message or f"Add check {name} on {table}") as tx:
             current = tx.table_version(table)
@@ -266,7 +336,8 @@ class Checks:
             if unknown:
                 raise CheckNotFoundError(f"no check {unknown[0]!r} at {repo.default_ref(ref)}")
             checks = [c for c in checks if c.name in set(names)]
-        return run_all(checks, lambda t: repo.open_table_version(commit.tables[t]), commit.tables)
+        return run_all(checks, lambda t: repo.open_table_version(commit.tables[t]), commit.tables,
+                       repo.settings.get(TIMEOUT_SETTING))
 
 
 def _checked_gates(gates: Sequence[str], what: str) -> tuple[str, ...]:

@@ -23,6 +23,10 @@ A filter is therefore refused with one clear line (:class:`InvalidOperationError
 * is not text, is empty, longer than :data:`MAX_FILTER_CHARS` characters, holds a NUL character
   or is not valid Unicode;
 * holds a placeholder (``?``, ``$1``) or an unterminated string, quoted name or comment;
+* is not one expression: a ``;`` outside strings and quoted names, a ``,`` outside brackets, or
+  brackets that do not pair up. Lance reads a filter as the first expression of ``SELECT … WHERE
+  <filter>`` and silently drops whatever follows it (``id > 0; AND v < 0`` deleted every row with
+  ``id > 0``); :func:`plan_filter` catches any other trailing text (``id = 1 garbage``, ``… ORDER BY``);
 * nests more than :data:`MAX_FILTER_NESTING` levels (brackets, calls, ``NOT``, unary signs,
   right operands — each as sqlparser recurses on it);
 * is more than :data:`MAX_FILTER_DEPTH` operators deep, not counting ``AND``/``OR``;
@@ -60,6 +64,7 @@ MAX_LIST_ITEMS = 10_000  # items of one argument list or array literal
 MAX_FILTER_EXPANSIONS = 8  # coalesce/nvl/ifnull, BETWEEN nested on one path: 2^n work (12: ~0.1-1 s)
 
 _COLLAPSE_AT = 8  # a run of more literal items than this is parsed as two
+_PAIRS = {"(": ")", "[": "]"}
 
 # One token of Lance's SQL: order matters (comments before operators, numbers before '.').
 _TOKEN = re.compile(r"""
@@ -167,6 +172,12 @@ def _scan(text: str, what: str) -> FilterShape:
             raise InvalidOperationError(f"{what}: unterminated {value}...{value} at character {pos + 1}")
         if kind == "placeholder":
             raise InvalidOperationError(f"{what}: placeholders such as '?' or '$1' are not supported; write the value")
+        if value == ";":
+            raise InvalidOperationError(f"{what}: ';' at character {pos + 1}: a filter is one SQL expression, "
+                                        "not statements (quote a ';' that is part of a value: 'a;b')")
+        if kind == "comma" and not stack:
+            raise InvalidOperationError(f"{what}: ',' at character {pos + 1} outside brackets: a filter is one "
+                                        "SQL expression (join conditions with AND / OR)")
         pos = m.end()
         if kind == "ws":
             continue
@@ -174,11 +185,13 @@ def _scan(text: str, what: str) -> FilterShape:
         if kind == "open":
             before = tokens[-2] if len(tokens) > 1 else None
             is_in = value == "(" and before is not None and before[0] == "word" and before[1].upper() == "IN"
-            stack.append([is_in, 1])
+            stack.append([is_in, 1, value, m.start()])
             shape.nesting = max(shape.nesting, len(stack))
         elif kind == "close":
-            if stack:
-                _close_list(shape, stack.pop())
+            if not stack or _PAIRS[stack[-1][2]] != value:
+                raise InvalidOperationError(f"{what}: unmatched {value!r} at character {m.start() + 1}: "
+                                            "a filter is one SQL expression")
+            _close_list(shape, stack.pop())
         elif kind == "comma" and stack:
             stack[-1][1] += 1
         if kind in ("open", "comma") and stack:
@@ -189,15 +202,15 @@ def _scan(text: str, what: str) -> FilterShape:
                 tokens.extend([("number", "0", pos, pos), ("comma", ",", pos, pos)] * 2)  # the two parsed
                 cuts.append((kept, run.end()))
                 pos = run.end()
-    while stack:
-        _close_list(shape, stack.pop())
+    if stack:
+        raise InvalidOperationError(f"{what}: {stack[-1][2]!r} at character {stack[-1][3] + 1} is never closed")
     shape.tokens = len(tokens)
     shape.text = _rewrite(text, blanks, cuts)
     return shape
 
 
 def _close_list(shape: FilterShape, entry: list[Any]) -> None:
-    is_in, items = entry
+    is_in, items = entry[0], entry[1]
     if items > 1:
         shape.values += items
     if is_in:
@@ -253,8 +266,16 @@ def _measure_tree(shape: FilterShape, what: str) -> None:
 
 
 def plan_filter(dataset: Any, text: str, what: str) -> None:
-    """Plan (do not run) ``text`` on a Lance dataset: unknown columns and type mismatches say so here."""
+    """Plan (do not run) ``text`` on a Lance dataset: unknown columns and type mismatches say so here.
+
+    Planned in brackets (the closing one on a line of its own, past any ``--`` comment): Lance
+    parses the first expression and ignores what follows it, but inside brackets anything after
+    the expression must be the closing bracket. :func:`check_filter` has made sure the text's own
+    brackets pair up, so that bracket is ours."""
     try:
-        dataset.scanner(filter=text, columns=[]).explain_plan()
+        dataset.scanner(filter=f"({text}\n)", columns=[]).explain_plan()
     except (OSError, ValueError, RuntimeError) as exc:
-        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {lance_message(exc)[:300]}") from None
+        parser = re.search(r"\(sql parser error: (.*)\)", str(exc).replace("\n", " "))
+        detail = (f"not one SQL expression (the parser: {parser.group(1).split(', /')[0]})" if parser
+                  else lance_message(exc).replace(f"({text}", text))
+        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {detail[:300]}") from None

@@ -7,6 +7,8 @@ reaches (the manifest opens, its path stays inside ``tables/``, and every data f
 Besides: ``repo.json`` (format, root — an existing commit without parents — and location), every
 lease under ``locks/`` (parses as a lease), and on a local disk every symbolic link under
 ``_trimerge/`` or ``tables/`` (trimerge never makes one). Each problem names the file and the repair.
+Files no version names (a refused or killed write's) are listed as ``orphans``, not problems: gc
+reclaims them (:mod:`trimerge.lineage.orphans`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class FsckReport:
     table_versions: int = 0
     diffs_verified: int = 0  # fsck --deep: table diffs checked against the brute-force diff
     problems: list[str] = field(default_factory=list)
+    #: Files no version names (a refused or killed write's): harmless, reclaimed by gc — not problems.
+    orphans: list[str] = field(default_factory=list)
+    orphan_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -54,7 +59,24 @@ def check_repository(repo: "Repository") -> FsckReport:
     _check_leases(repo, report)
     _check_links(repo, report)
     _check_tables(repo, report, [t for t in tips if t in good_commits])
+    _check_orphans(repo, report)
     return report
+
+
+def _check_orphans(repo: "Repository", report: FsckReport) -> None:
+    from trimerge.lineage.orphans import find_orphans
+
+    store = repo.table_store
+    datasets = _safely(report, "tables/", lambda: store.dataset_folders()[0]) or []
+    for name in datasets:
+        if not store.has_branch(name):
+            continue
+        try:
+            orphans = find_orphans(store, name, min_age=0)
+        except Exception:  # a Lance branch that cannot be read: what commits reach is checked above
+            continue
+        report.orphans += [f"tables/{o.key}" for o in orphans]
+        report.orphan_bytes += sum(o.size for o in orphans)
 
 
 def _check_marker(repo: "Repository", report: FsckReport, good_commits: set[str]) -> None:

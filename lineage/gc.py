@@ -5,7 +5,9 @@ branch or tag deleted less than ``retention`` ago (``deleted/`` records); everyt
 write may still publish (its intent: the Lance branches it touches, its base, planned commit and the
 commits it refers to). Their table versions stay readable. **What goes:** datasets and Lance forks
 no kept commit uses, Lance versions no kept commit names (aborted writes, a transaction's
-intermediate versions), pins of deleted tags, stale temporary files and expired deletion records.
+intermediate versions), files no version names at all once older than the retention and an hour
+(writes refused through the namespace or killed before their commit: :mod:`trimerge.lineage.orphans`),
+pins of deleted tags, stale temporary files and expired deletion records.
 Only what trimerge creates is ever removed: folders named ``<table>-<ulid>`` and forks named
 ``f-<ulid>``; anything else under ``tables/`` (files, symlinks, foreign folders) is reported and left.
 
@@ -52,6 +54,7 @@ from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import CorruptRepositoryError
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.lease import Lease
+from trimerge.lineage.orphans import ORPHAN_GRACE_SECONDS, find_orphans, remove_orphans
 from trimerge.lineage.recovery import INTENTS
 from trimerge.lineage.refs import now
 from trimerge.lineage.retention import DONE, DeletionLog, ReclaimedCommits
@@ -79,6 +82,7 @@ class GcReport:
     versions_removed: int = 0
     lance_tags_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
+    orphan_files_removed: int = 0  # files no version names (refused or killed writes), see lineage.orphans
     stale_leases_removed: int = 0  # leases of scratch transactions whose process died
     deletion_records_expired: int = 0
     reflog_entries_expired: int = 0
@@ -270,10 +274,28 @@ class Collector:
                 self.lease.renew_if_due()
         for name in kept:
             self.delete_pins(name, candidates.pins.get(name, []), wanted.tags)
+        self.delete_orphans(kept, wanted)
         stale = getattr(self.repo.docs.backend, "stale_temp_files", None)
         for key in stale() if stale else []:
             self.repo.docs.delete(key)
             report.temp_files_removed += 1
+
+    def delete_orphans(self, kept: list[str], wanted: Roots) -> None:
+        """Files no version names, older than the retention (and the grace any writer gets), outside
+        the Lance branches in-flight writes use."""
+        store = self.repo.table_store
+        min_age = max(self.retention.total_seconds(), ORPHAN_GRACE_SECONDS)
+        for name in kept:
+            busy = {branch for dataset, branch in wanted.touched if dataset == name}
+            try:
+                orphans = find_orphans(store, name, min_age=min_age, skip_branches=busy)
+            except Exception as exc:  # a version or folder that cannot be read: keep everything, sweep the rest
+                self.warn(f"gc: left the unreferenced files of tables/{name} alone ({str(exc).splitlines()[0][:200]})")
+                continue
+            removed, freed = remove_orphans(store, orphans)
+            self.report.orphan_files_removed += removed
+            self.report.bytes_freed += freed
+            self.lease.renew_if_due()
 
     def delete_forks(self, name: str, forks: list[str], wanted: Roots) -> None:
         """Delete unwanted forks, children before parents (Lance refuses a fork others start from)."""
@@ -329,7 +351,7 @@ class Collector:
         """Delete the lease documents of scratch transactions (a merge's virtual base) whose process
         died: a closed scratch deletes its own; one nobody holds and no intent names is a leftover.
         Taking the lease first means a live scratch is never touched."""
-        from trimerge.lineage.scratch import SCRATCH_PREFIX
+        from trimerge.lineage.scratch import SCRATCH_PREFIXES
 
         docs = self.repo.docs
         named = set()
@@ -339,7 +361,7 @@ class Collector:
                 named.add(str(intent.get("branch")))
         for key in docs.list("locks"):
             name = unquote(key.rsplit("/", 1)[-1].removesuffix(".lock"))
-            if not name.startswith(SCRATCH_PREFIX) or name in named:
+            if not name.startswith(SCRATCH_PREFIXES) or name in named:
                 continue
             lease = Lease(docs, key, f"gc {self.run_id}")
             if lease.try_acquire():

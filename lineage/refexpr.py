@@ -162,7 +162,9 @@ def resolve_base(name: str, ns: RefNamespace) -> str:
     """
     at = _AT_N.fullmatch(name)
     if at is not None and hasattr(ns, "reflog_value"):
-        return ns.reflog_value(at.group("name"), int(at.group("n")))
+        from trimerge.lineage.reflog import validate_log_name  # checked before any lookup touches storage
+
+        return ns.reflog_value(validate_log_name(at.group("name")), int(at.group("n")))
     lowered = name.lower()
     if _FULL_ID.fullmatch(lowered) and ns.commit_exists(lowered):
         return lowered

@@ -28,13 +28,14 @@ from ulid import ULID
 from trimerge.lineage.commit import format_time, parse_time
 from trimerge.lineage.errors import (BranchNotFoundError, CorruptRepositoryError, InvalidOperationError,
                                      RefNotFoundError)
+from trimerge.lineage.names import MAIN, validate_branch_name
 from trimerge.lineage.refs import encode_name, now
 
 if TYPE_CHECKING:
     from trimerge.lineage.documents import Documents
     from trimerge.lineage.repository import Repository
 
-__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "list_entries", "split_at_n"]
+__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "list_entries", "split_at_n", "validate_log_name"]
 
 LOGS = "logs"
 HEAD_REF = "HEAD"
@@ -57,6 +58,15 @@ class ReflogEntry:
         """The entry as JSON (what ``--json`` prints)."""
         return {"ref": self.ref, "old": self.old, "new": self.new, "actor": self.actor,
                 "time": format_time(self.time), "reason": self.reason}
+
+
+def validate_log_name(ref: Any) -> str:
+    """``ref`` if a reflog can be named so (``HEAD``, ``main`` or a valid branch name); else one clear
+    :class:`~trimerge.lineage.errors.InvalidNameError`. A reflog is a folder named after its ref: an
+    over-long or non-UTF-8 name would otherwise reach the file system as an OSError."""
+    if ref in (HEAD_REF, MAIN):
+        return ref
+    return validate_branch_name(ref, allow_internal=True)
 
 
 def split_at_n(text: str) -> tuple[str, int] | None:
@@ -131,6 +141,7 @@ class Reflog:
 
     def nth(self, ref: str, n: int, current: str | None) -> str:
         """The commit ``ref@{n}`` names: ``@{0}`` the current value, ``@{n}`` the value ``n`` moves ago."""
+        validate_log_name(ref)
         entries = self.entries(ref, current) if ref != HEAD_REF else self.raw(ref)
         values = [current] + [e.old for e in entries]
         if n < len(values) and values[n] is not None:
@@ -159,6 +170,7 @@ def list_entries(repo: "Repository", ref: str | None, limit: Any) -> list[Reflog
         found = [e for r in log.refs() for e in (log.raw(r) if r == HEAD_REF else log.entries(r, repo.reflog_current(r)))]
         found.sort(key=lambda e: e.key.rsplit("/", 1)[-1], reverse=True)
     else:
+        validate_log_name(ref)
         if not isinstance(ref, str) or (ref != HEAD_REF and not repo.branches.exists(ref) and not log.raw(ref)):
             raise BranchNotFoundError(f"no branch {ref!r} and no reflog of it")
         found = log.raw(ref) if ref == HEAD_REF else log.entries(ref, repo.reflog_current(ref))

@@ -30,6 +30,10 @@ def _fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 86_400
+
+
 def _count(low: int, high: int) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
@@ -45,6 +49,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "a write that leaves more small fragments than this compacts them in the same commit (0 turns it off)"),
     Setting("compaction.small_fragment_rows", 65536, _count(1, 1 << 40), "a positive integer",
             "fragments with fewer rows than this count as small"),
+    Setting("checks.timeout", 10, _seconds, "a number of seconds greater than 0 (at most 86400)",
+            "a data check still running after this many seconds is stopped and fails (check run, gated merges)"),
 )}
 
 

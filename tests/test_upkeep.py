@@ -507,8 +507,9 @@ def test_string_keys_through_the_key_index(repo, tmp_path, spy, key_type, compos
 
 # ---------------------------------------------------------------------------------------------- 4. settings
 DEFAULTS = {"compaction.max_small_fragments": 64, "compaction.small_fragment_rows": 65536,
-            "index.key_min_rows": 100_000, "index.refresh_threshold": 0.1}
+            "index.key_min_rows": 100_000, "index.refresh_threshold": 0.1, "checks.timeout": 10}
 BAD = {
+    "checks.timeout": [0, -1, 86_401, "10", True, float("nan"), float("inf"), [10]],
     "compaction.max_small_fragments": [-1, 1_000_001, 1.5, 16.0, "16", True, False, [16], {"a": 1}],
     "compaction.small_fragment_rows": [0, -5, (1 << 40) + 1, 2.5, "x", True],
     "index.key_min_rows": [-1, 1 << 63, 0.5, "many", True],

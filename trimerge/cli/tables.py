@@ -280,7 +280,8 @@ def _gc(obj: Context, retention: str) -> None:
     emit(obj, report.to_json(),
          f"Reclaimed {len(report.commits_reclaimed)} commit(s): removed {len(report.datasets_removed)} dataset(s), "
          f"{len(report.forks_removed)} fork(s), {report.versions_removed} old version(s), "
-         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s); "
+         f"{len(report.lance_tags_removed)} orphan pin(s), {report.temp_files_removed} temp file(s), "
+         f"{report.orphan_files_removed} unreferenced file(s); "
          f"freed {report.bytes_freed:,} bytes" + (f"; {len(report.pending)} fork(s) pending" if report.pending else ""))
 
 
@@ -317,7 +318,9 @@ def fsck(obj: Context, deep: bool) -> None:
         report.diffs_verified, problems = verify_history(repo)
         report.problems.extend(problems)
     deep_note = f", {report.diffs_verified} table diff(s) verified" if deep else ""
-    emit(obj, report.to_json(), lambda: echo_lines([*(f"problem: {p}" for p in report.problems),
+    unused = ([f"{len(report.orphans)} file(s) no version uses ({report.orphan_bytes:,} bytes, e.g. "
+               f"{report.orphans[0]}): gc removes them once older than its retention"] if report.orphans else [])
+    emit(obj, report.to_json(), lambda: echo_lines([*(f"problem: {p}" for p in report.problems), *unused,
         f"checked {report.commits} commit(s), {report.refs} ref(s), {report.table_versions} table version(s)"
         f"{deep_note}: " + ("ok" if report.ok else f"{len(report.problems)} problem(s)")]))
     if not report.ok:
