@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from ulid import ULID
 
-from trimerge.lineage.checks import CheckResult, all_checks, run_all
+from trimerge.lineage.checks import TIMEOUT_SETTING, CheckResult, judging, run_all
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
 from trimerge.lineage.faults import crashpoint
@@ -114,7 +113,8 @@ def _gate(repo: Repository, name: str, tip: str, enabled: bool, result: RebaseRe
     if not enabled:
         result.checks_skipped = [c.name for c in gating]
         return True
-    result.checks = run_all(gating, lambda t: repo.open_table_version(tables[t]), tables)
+    result.checks = run_all(gating, lambda t: repo.open_table_version(tables[t]), tables,
+                            repo.settings.get(TIMEOUT_SETTING))
     return not result.failed_checks
 
 
