@@ -1,7 +1,14 @@
-"""Every ``bash`` and ``python`` block of README.md runs as written, in an empty directory.
+"""Every ``bash`` and ``python`` block of README.md and of the documentation (``docs/*.md``) runs as
+written, in an empty directory.
 
-Not run: the opening set-up block (it installs the project and runs this very suite; ``.ci/run``
-runs it), and blocks preceded by ``<!-- not run: REASON -->`` (they need a bucket or a CI runner)."""
+Pages run in a fixed order — README.md, then ``docs/`` by file name — and each page's blocks in the
+order they appear. Every block stands on its own: it starts in an empty directory, so a page reads
+(and runs) top to bottom and any block can be copied alone.
+
+Not run: the set-up blocks (they install the project and run this very suite; ``.ci/run`` runs
+them), blocks preceded by ``<!-- not run: REASON -->`` (they need a bucket or a CI runner), and a
+block that repeats one already collected word for word (README's quickstart examples are repeated
+in docs/getting-started.md): it runs once, under its first page."""
 
 from __future__ import annotations
 
@@ -12,23 +19,40 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(?:<!-- not run: (?P<reason>[^>]*?) -->\n)?```(?P<lang>bash|python)\n(?P<body>.*?)```", re.S)
 
 
-def blocks() -> list:
-    found = []
-    for n, m in enumerate(BLOCK.finditer(README.read_text())):
-        line = README.read_text()[:m.start()].count("\n") + 1
-        skip = m["reason"] or ("the set-up commands (.ci/run runs them)" if "pip install" in m["body"] else None)
-        marks = [pytest.mark.skip(reason=skip)] if skip else []
-        found.append(pytest.param(m["lang"], m["body"], id=f"line{line}-{m['lang']}", marks=marks))
+def blocks(pages: list[Path] = PAGES) -> list:
+    found, seen = [], {}
+    for page in pages:
+        text = page.read_text()
+        name = page.relative_to(ROOT).as_posix()
+        for m in BLOCK.finditer(text):
+            line = text[:m.start()].count("\n") + 1
+            where = f"{name}:line{line}"
+            skip = m["reason"] or ("the set-up commands (.ci/run runs them)" if "pip install" in m["body"] else None)
+            if not skip and m["body"] in seen:
+                skip = f"the same block as {seen[m['body']]}, run there"
+            seen.setdefault(m["body"], where)
+            marks = [pytest.mark.skip(reason=skip)] if skip else []
+            found.append(pytest.param(m["lang"], m["body"], id=f"{where}-{m['lang']}", marks=marks))
     return found
 
 
 def test_the_readme_has_runnable_blocks():
-    runnable = [p for p in blocks() if not p.marks]
+    runnable = [p for p in blocks([README]) if not p.marks]
     assert len(runnable) >= 2
+
+
+def test_every_docs_page_has_its_blocks_collected():
+    """The block pattern sees every fence a page opens with ``bash`` or ``python``: none is missed."""
+    for page in PAGES:
+        text = page.read_text()
+        opened = len(re.findall(r"^```(?:bash|python)$", text, re.M))
+        assert opened == len(blocks([page])), page
 
 
 @pytest.mark.parametrize("lang, body", blocks())
