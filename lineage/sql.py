@@ -16,11 +16,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-import pyarrow as pa
-
 from trimerge.lineage.errors import InvalidOperationError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pyarrow only when a query runs: `import trimerge` (which registers functions) stays light
+    import pyarrow as pa
+
     from trimerge.lineage.repository import Repository
 
 #: Longest query text accepted.
@@ -28,7 +28,7 @@ MAX_QUERY_CHARS = 100_000
 #: Separates a table from its ref in a table name: ``"products@main~1"``.
 REF_SEPARATOR = "@"
 
-TableFunction = Callable[..., pa.Table]
+TableFunction = Callable[..., "pa.Table"]
 #: name -> fn(repo, *literal arguments) -> Arrow table; see :func:`register_table_function`.
 TABLE_FUNCTIONS: dict[str, TableFunction] = {}
 
