@@ -15,7 +15,7 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.protection import Protection, refuse
-from trimerge.lineage.names import MAIN, is_internal_branch, validate_branch_name, validate_tag_name
+from trimerge.lineage.names import MAIN, is_addressable, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.refs import Branch, Tag, now
 from trimerge.lineage.reset import ResetResult  # at runtime too: typing.get_type_hints resolves it
 from trimerge.lineage.retention import DeletionRecord
@@ -40,7 +40,8 @@ class BranchManager:
         return Protection(self.repo).marked([b])[0]
 
     def exists(self, name: str) -> bool:
-        return isinstance(name, str) and not is_internal_branch(name) and self.get_or_none(name) is not None
+        visible = isinstance(name, str) and (not is_internal_branch(name) or is_addressable(name))
+        return visible and self.get_or_none(name) is not None
 
     def __contains__(self, name: str) -> bool:
         return self.exists(name)

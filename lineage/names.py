@@ -10,6 +10,9 @@ dataset). Every error names the rule that was broken.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
 
 from trimerge.lineage.errors import InvalidNameError
 
@@ -19,6 +22,12 @@ HEAD = "HEAD"
 #: Internal branches: hidden from listings, not creatable by users.
 SCHEMA_LOCK_BRANCH = "__schema_apply_lock__"
 INTERNAL_BRANCHES = frozenset({SCHEMA_LOCK_BRANCH})
+#: First segment of the temporary branches trimerge creates and removes itself (a rebase's replays,
+#: scratch transactions). No user can create a name with a segment ``__x__``, so cleaning these up
+#: can never touch a user's branch.
+TEMPORARY_SPACE = "__trimerge__"
+# Temporary branches the running code may write and resolve like branches (see ``addressing``).
+_ADDRESSABLE: ContextVar[frozenset[str]] = ContextVar("trimerge_addressable_temporaries", default=frozenset())
 
 # Directory names Lance itself uses inside a dataset or branch directory.
 RESERVED_SEGMENTS = frozenset({"data", "_versions", "_deletions", "_transactions", "_indices", "_refs", "tree"})
@@ -29,8 +38,10 @@ _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME_LENGTH = 200
 
 
-def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
-    """Return ``name`` if it is a valid graph-branch name, else raise :class:`InvalidNameError`."""
+def validate_branch_name(name: str, *, allow_internal: bool = False, existing: bool = False) -> str:
+    """Return ``name`` if it is a valid graph-branch name, else raise :class:`InvalidNameError`.
+    ``existing``: the name of a branch that may predate the reservation of segments ``__x__``
+    (older versions reserved only whole names of that form), so such a segment is accepted."""
     if not isinstance(name, str):
         raise InvalidNameError(f"branch name must be a string, not {type(name).__name__}")
     if name == "":
@@ -70,9 +81,11 @@ def validate_branch_name(name: str, *, allow_internal: bool = False) -> str:
     if len(name) + 2 * name.count("/") > MAX_NAME_LENGTH:
         raise InvalidNameError(
             f"invalid branch name: longer than {MAX_NAME_LENGTH} characters (each '/' counts as 3)")
-    if name in INTERNAL_BRANCHES or (name.startswith("__") and name.endswith("__")):
-        if not (allow_internal and name in INTERNAL_BRANCHES):
-            raise InvalidNameError(f"invalid branch name {name!r}: names of the form __x__ are reserved for internal branches")
+    whole = name.startswith("__") and name.endswith("__")
+    if (whole or not existing) and any(s.startswith("__") and s.endswith("__") for s in name.split("/")):
+        if not (allow_internal and is_internal_branch(name)):
+            raise InvalidNameError(f"invalid branch name {name!r}: names and segments of the form __x__ are reserved "
+                                   "for trimerge's internal branches")
     return name
 
 
@@ -109,17 +122,46 @@ def validate_table_name(name: str) -> str:
 
 
 def is_internal_branch(name: str) -> bool:
-    return name in INTERNAL_BRANCHES
+    """Whether ``name`` is one of trimerge's own branches: hidden from listings and users."""
+    return name in INTERNAL_BRANCHES or is_temporary_branch(name)
+
+
+def is_temporary_branch(name: object) -> bool:
+    return isinstance(name, str) and name.startswith(TEMPORARY_SPACE + "/")
+
+
+def temporary_branch_name(kind: str, ulid: str) -> str:
+    """The name of a temporary branch of ``kind`` (``rebase``, ``scratch``) with id ``ulid``."""
+    return f"{TEMPORARY_SPACE}/{kind}/{ulid.lower()}"
+
+
+def is_addressable(name: object) -> bool:
+    """Whether the running code may write and resolve temporary branch ``name`` (see :func:`addressing`)."""
+    return isinstance(name, str) and name in _ADDRESSABLE.get()
+
+
+@contextmanager
+def addressing(name: str) -> Iterator[None]:
+    """Within the block (this thread of control only), trimerge's own temporary branch ``name``
+    resolves and takes writes like a branch — a rebase cherry-picks onto its replay branch through
+    the ordinary merge code — while listings and every other caller still never see it."""
+    token = _ADDRESSABLE.set(_ADDRESSABLE.get() | {name})
+    try:
+        yield
+    finally:
+        _ADDRESSABLE.reset(token)
 
 
 def is_branch_name(name: object) -> bool:
     """Whether ``name`` could name a user branch (a valid, non-internal branch name)."""
+    if is_addressable(name):
+        return True
     if not isinstance(name, str) or is_internal_branch(name):
         return False
     if name == MAIN:
         return True
     try:
-        validate_branch_name(name)
+        validate_branch_name(name, existing=True)
     except InvalidNameError:
         return False
     return True

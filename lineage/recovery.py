@@ -41,6 +41,7 @@ class RecoveryReport:
     rolled_back: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     retry_later: list[str] = field(default_factory=list)
+    temporaries_removed: list[str] = field(default_factory=list)  # temporary branches of dead processes
 
 
 class _Unusable(Exception):
@@ -88,6 +89,10 @@ class Recovery:
                 self.repair_branch(intent["branch"], lease.token, report)
             finally:
                 lease.release()
+        # After the intents: a dead rebase's replay may have left one on its temporary branch.
+        from trimerge.lineage.temporaries import sweep
+
+        report.temporaries_removed = sweep(self.repo)
         return report
 
     def repair_branch(self, branch: str, my_token: str, report: RecoveryReport | None = None) -> RecoveryReport:

@@ -103,7 +103,7 @@ class RefStore:
 
     def _logged(self, name: str, old: str | None, new: str | None, actor: str, reason: str) -> str | None:
         """Record a move of a user branch in the reflog, before the move (see :mod:`trimerge.lineage.reflog`)."""
-        if is_internal_branch(name) or name.startswith("rebasing/") or old == new:
+        if is_internal_branch(name) or old == new:
             return None  # internal and temporary branches (a rebase's replays) have no reflog
         return self.reflog.record(name, old, new, actor, reason)
 

@@ -75,7 +75,7 @@ from trimerge.lineage.settings import Settings
 from trimerge.lineage.shortcuts import TableWrites
 from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.maintenance import MAINTENANCE
-from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_internal_branch
+from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_addressable, is_internal_branch
 from trimerge.lineage.recovery import Recovery, RecoveryReport
 from trimerge.lineage.refexpr import resolve as resolve_expr
 from trimerge.lineage.refs import Branch, RefStore, Tag, encode_name, now
@@ -121,7 +121,7 @@ class _RefNamespace:
     def branch_tip(self, name: str) -> str | None:
         if name == HEAD:  # the current branch, as 'trimerge switch' set it
             name = self.repo.current_branch
-        if is_internal_branch(name):
+        if is_internal_branch(name) and not is_addressable(name):
             return None
         b = self.repo.refs.branch(name)
         return b.commit_id if b else None
@@ -281,13 +281,16 @@ class Repository(TableWrites):
         return b.commit_id if b else None
 
     def restore(self, table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
-                message: str | None = None, dry_run: bool = False) -> "RestoreResult":
+                message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> "RestoreResult":
         """One commit on ``branch`` in which ``table`` equals its state at ``ref`` (rows, schema,
         indices), without copying data; dropped if it did not exist there, brought back if the
-        branch no longer has it (see :mod:`trimerge.lineage.restore`)."""
+        branch no longer has it (see :mod:`trimerge.lineage.restore`). The table keeps the data
+        checks and derived-column declarations it has on ``branch`` (a restore that cannot keep
+        them is refused); ``keep_gates=False`` takes them from ``ref`` instead."""
         from trimerge.lineage.restore import restore
 
-        return restore(self, table, ref, branch=branch, actor=actor, message=message, dry_run=dry_run)
+        return restore(self, table, ref, branch=branch, actor=actor, message=message, dry_run=dry_run,
+                       keep_gates=keep_gates)
 
     def default_ref(self, ref: str | None) -> str:
         """``ref``, or the current branch when it is None or ``HEAD``."""

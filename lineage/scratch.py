@@ -9,13 +9,16 @@ from ulid import ULID
 
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError
+from trimerge.lineage.names import TEMPORARY_SPACE, temporary_branch_name
 from trimerge.lineage.refs import Branch, now
 from trimerge.lineage.transaction import Transaction
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
 
-SCRATCH_PREFIX = "__scratch_"  # lease names of scratch transactions (see gc for their leftovers)
+# Lease names of scratch transactions (see gc for their leftovers); older versions used the second.
+SCRATCH_PREFIX = f"{TEMPORARY_SPACE}/scratch/"
+SCRATCH_PREFIXES = (SCRATCH_PREFIX, "__scratch_")
 
 
 class ScratchTransaction(Transaction):
@@ -29,7 +32,7 @@ class ScratchTransaction(Transaction):
 
     def __init__(self, repo: "Repository", tables: Mapping[str, TableVersion], base: Commit, purpose: str):
         ulid = str(ULID())
-        super().__init__(repo, f"{SCRATCH_PREFIX}{ulid.lower()}__", actor="trimerge:scratch", message=purpose,
+        super().__init__(repo, temporary_branch_name("scratch", ulid), actor="trimerge:scratch", message=purpose,
                          metadata=None)
         self.ulid = ulid
         self._start = (dict(tables), base)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from trimerge.lineage.checks import Check, all_checks, as_record, run_all, table_checks
+from trimerge.lineage.checks import TIMEOUT_SETTING, Check, as_record, judging, run_all, table_checks
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.protection import Protection
@@ -70,10 +70,12 @@ class Gate:
         self.result = result
         self._protected: set[str] | None = None
 
-    def gating(self, tables: Mapping[str, TableVersion]) -> list[Check]:
+    def gating(self, tables: Mapping[str, TableVersion], before: Mapping[str, TableVersion]) -> list[Check]:
+        """The checks judging the result ``tables`` of a merge into dest as it was ``before``: a
+        gate the merge removes judges the merge that removes it (:func:`~trimerge.lineage.checks.judging`)."""
         if self._protected is None:
             self._protected = Protection(self.repo).names()
-        return [c for c in all_checks(tables) if c.gates_branch(self.dest, self._protected)]
+        return judging(before, tables, self.dest, self._protected)
 
     def _set_records(self, tx: Any) -> dict[str, TableVersion]:
         present = set(tx.tables())
@@ -85,13 +87,13 @@ class Gate:
     def _run(self, tx: Any) -> bool:
         """Run the gating checks on ``tx``'s tables; whether every one passed."""
         tables = self._set_records(tx)
-        checks = self.gating(tables)
+        checks = self.gating(tables, tx.base.tables)
         if not checks:
             return True
         if not self.enabled:
             tx.metadata[CHECKS_META] = "skipped: " + ",".join(c.name for c in checks)
             return True
-        self.result.checks = run_all(checks, tx.dataset, tables)
+        self.result.checks = run_all(checks, tx.dataset, tables, self.repo.settings.get(TIMEOUT_SETTING))
         tx.metadata[CHECKS_META] = "passed: " + ",".join(c.name for c in checks)
         return all(r.passed for r in self.result.checks)
 
@@ -116,7 +118,7 @@ class Gate:
             elif plan.set_to is not None:
                 tables[name] = plan.set_to
         tables.update({n: replace(tables[n], checks=r) for n, r in self.records.items() if n in tables})
-        if not self.gating(tables):
+        if not self.gating(tables, ours.tables):
             return
         from trimerge.lineage.scratch import ScratchTransaction
         from trimerge.merge.publish import apply_plans

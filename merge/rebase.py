@@ -3,12 +3,12 @@
 Each commit on ``branch`` since its merge base with ``onto`` (first-parent order) is replayed as a
 cherry-pick (:func:`trimerge.merge.cherry_pick`), keeping its message, actor and metadata and
 recording the id it was replayed from (``rebase.replayed_from``). The replays are built off to the
-side, on a temporary branch ``rebasing/<ulid>`` that starts at ``onto``; only when every one of
-them succeeded does ``branch`` move — one compare-and-swap under its lease, recorded in the reflog
-first — so a crash leaves it either where it was or rebased, never between, and
+side, on a hidden temporary branch (:mod:`trimerge.lineage.temporaries`) that starts at ``onto``;
+only when every one of them succeeded does ``branch`` move — one compare-and-swap under its
+lease, recorded in the reflog first — so a crash leaves it either where it was or rebased, never between, and
 ``trimerge branch reset BRANCH BRANCH@{1}`` undoes a rebase. A conflict in any replay (after
 strategies and resolutions) publishes nothing and names the commit being replayed. A temporary
-branch left by a crash is removed by the next rebase.
+branch left by a crash is removed by the next read-write open or rebase.
 
 Data checks that gate ``branch`` (:mod:`trimerge.lineage.checks`) run on the rebased result — the
 last replay, still on the temporary branch — before ``branch`` moves, as a merge's checks run
@@ -28,14 +28,13 @@ from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
 from trimerge.lineage.faults import crashpoint
 from trimerge.lineage.protection import Protection, refuse
-from trimerge.lineage.refs import Branch, now
 from trimerge.lineage.repository import Repository
+from trimerge.lineage.temporaries import TemporaryBranch
+from trimerge.lineage.temporaries import sweep as sweep_temporaries
 from trimerge.merge.engine import cherry_pick
 from trimerge.merge.result import Conflict, MergeCheckError, MergeConflictError, MergeResult
 
-__all__ = ["REPLAY_PREFIX", "RebaseCheckError", "RebaseConflictError", "RebaseResult", "rebase"]
-
-REPLAY_PREFIX = "rebasing/"
+__all__ = ["RebaseCheckError", "RebaseConflictError", "RebaseResult", "rebase"]
 
 
 @dataclass
@@ -107,7 +106,7 @@ def _gate(repo: Repository, name: str, tip: str, enabled: bool, result: RebaseRe
     """Run the checks gating branch ``name`` on commit ``tip`` (the rebased result); whether all passed."""
     tables = repo.commit(tip).tables
     protected = Protection(repo).names()
-    gating = [c for c in all_checks(tables) if c.gates_branch(name, protected)]
+    gating = judging(repo.commit(result.old_tip).tables, tables, name, protected)  # a gate it removes judges it too
     if not gating:
         return True
     if not enabled:
@@ -156,17 +155,6 @@ def _split_resolutions(resolutions: Any, commits: list[Commit]) -> dict[str, Any
     return out
 
 
-def _sweep(repo: Repository) -> None:
-    """Remove temporary branches of rebases whose process died."""
-    for b in repo.branches.list():
-        if b.name.startswith(REPLAY_PREFIX):
-            owner = repo.branch_lease(b.name + "-owner", "sweep a dead rebase")
-            if owner.try_acquire():
-                repo.refs.delete_branch(b.name)
-                repo.docs.delete(repo.branch_lease(b.name, "").key)
-                repo.docs.delete(owner.key)
-
-
 def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = None, resolutions: Any = None,
            dry_run: bool = False, actor: str | None = None, skip_merges: bool = False,
            checks: bool = True) -> RebaseResult:
@@ -193,7 +181,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
         raise InvalidOperationError(f"cannot rebase {name!r} onto {onto!r}: that is the branch itself or a descendant "
                                     f"of it (to move the branch there, use 'trimerge branch reset {name} {onto}')")
     result = RebaseResult("up-to-date", name, onto, tip, tip, dry_run=dry_run)
-    _sweep(repo)
+    sweep_temporaries(repo)
     if repo.is_ancestor(target.id, tip):
         return result
     if not repo.merge_bases(tip, target.id):
@@ -206,17 +194,14 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
     result.skipped_merges = [c.id for c in merges]
     todo = [c for c in todo if len(c.parents) <= 1]
     given = _split_resolutions(resolutions, todo)
-    temp = f"{REPLAY_PREFIX}{str(ULID()).lower()}"
-    owner = repo.branch_lease(temp + "-owner", f"rebase of {name}")
-    owner.acquire(repo.lock_timeout, "rebase")
+    temp = TemporaryBranch(repo, "rebase", f"rebase of {name}")
     try:
-        if repo.refs.create_branch(Branch(temp, target.id, str(ULID()), now(), None)) is None:
-            raise ConcurrentWriteError("a rebase's temporary branch exists already; retry")
+        temp.create(target.id)  # until remove(), the replays may cherry-pick onto it
         repo.reclaimed.check([target.id])  # after the ref names it: see trimerge.lineage.gc
         for commit in todo:
             crashpoint("rebase_replay")
             try:
-                picked = cherry_pick(commit.id, temp, repo=repo, strategy=strategy, resolutions=given.get(commit.id),
+                picked = cherry_pick(commit.id, temp.name, repo=repo, strategy=strategy, resolutions=given.get(commit.id),
                                      actor=commit.actor, message=commit.message,
                                      metadata={**commit.metadata, "rebase.replayed_from": commit.id})
             except MergeConflictError as exc:
@@ -229,7 +214,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
                 result.dropped.append(commit.id)  # onto has this change already
             else:
                 result.replayed.append((commit.id, picked.commit.id))
-        new_tip = repo.refs.branch(temp).commit_id
+        new_tip = repo.refs.branch(temp.name).commit_id
         result.status, result.new_tip = "rebased", new_tip
         if not _gate(repo, name, new_tip, checks, result):
             result.status = "check_failed"
@@ -244,10 +229,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
         crashpoint("rebase_moved")
         return result
     finally:
-        repo.refs.delete_branch(temp)
-        repo.docs.delete(repo.branch_lease(temp, "").key)
-        owner.release()
-        repo.docs.delete(owner.key)
+        temp.remove()
 
 
 def _move(repo: Repository, name: str, old: str, new: str, actor: str, onto: str, note: str = "") -> None:

@@ -436,9 +436,9 @@ def test_kill_while_building_a_virtual_base_drops_its_forks_on_the_next_open(tmp
     assert not reopened.docs.list("quarantine")
     from trimerge.merge import merge
 
-    assert any("__scratch_" in key for key in reopened.docs.list("locks"))  # the dead scratch's lease
+    assert any("__trimerge__%2Fscratch%2F" in key for key in reopened.docs.list("locks"))  # the dead scratch's lease
     assert reopened.gc(retention="now").stale_leases_removed == 1
-    assert not any("__scratch_" in key for key in reopened.docs.list("locks"))
+    assert not any("__trimerge__%2Fscratch%2F" in key for key in reopened.docs.list("locks"))
     result = merge("feature", "main", repo=reopened)
     assert result.virtual_base and not result.conflicts
     assert {r["id"]: r["v"] for r in reopened.read("t", "main").to_pylist()} == {1: "main", 2: "feature", 3: "later"}
@@ -453,7 +453,7 @@ def test_gc_leaves_the_lease_of_a_live_scratch_alone(tmp_path):
     scratch.begin()
     try:
         assert repo.gc(retention="now").stale_leases_removed == 0
-        assert any("__scratch_" in key for key in repo.docs.list("locks"))
+        assert any("__trimerge__%2Fscratch%2F" in key for key in repo.docs.list("locks"))
     finally:
         scratch.close()
-    assert not any("__scratch_" in key for key in repo.docs.list("locks"))
+    assert not any("__trimerge__%2Fscratch%2F" in key for key in repo.docs.list("locks"))

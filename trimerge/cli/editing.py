@@ -43,11 +43,16 @@ def branch_reset(obj: Context, name: str, ref: str, dry_run: bool, actor: str | 
 @click.option("-m", "--message", default=None)
 @click.option("--actor", default=None)
 @click.option("--dry-run", is_flag=True, help="Say what would change, commit nothing.")
+@click.option("--keep-gates/--no-keep-gates", default=True, show_default=True,
+              help="Keep the branch's data checks and derived-column declarations on TABLE (--no-keep-gates: "
+                   "take them from REF as they were there).")
 @common
-def table_restore(obj: Context, name: str, ref: str, branch: str | None, message, actor, dry_run: bool) -> None:
-    """One commit in which TABLE equals its state at REF (dropped if it did not exist there)."""
+def table_restore(obj: Context, name: str, ref: str, branch: str | None, message, actor, dry_run: bool,
+                  keep_gates: bool) -> None:
+    """One commit in which TABLE equals its state at REF (dropped if it did not exist there); its
+    checks and derived declarations stay as the branch has them unless --no-keep-gates."""
     repo = obj.repo()
-    r = repo.restore(name, ref, branch=branch, actor=actor, message=message, dry_run=dry_run)
+    r = repo.restore(name, ref, branch=branch, actor=actor, message=message, dry_run=dry_run, keep_gates=keep_gates)
 
     def text() -> None:
         if r.action == "unchanged":
