@@ -84,6 +84,7 @@ class GcReport:
     temp_files_removed: int = 0
     orphan_files_removed: int = 0  # files no version names (refused or killed writes), see lineage.orphans
     stale_leases_removed: int = 0  # leases of scratch transactions whose process died
+    pinned_copies_removed: int = 0  # copies the Lance Namespace served of fork states no commit has any more
     deletion_records_expired: int = 0
     reflog_entries_expired: int = 0
     bytes_freed: int = 0
@@ -346,6 +347,18 @@ class Collector:
         for key in self.repo.docs.list(LEGACY_RECLAIM):
             self.repo.docs.delete(key)
         self.sweep_scratch_leases()
+        self.delete_pinned_copies()
+
+    def delete_pinned_copies(self) -> None:
+        """The pinned copies (:mod:`trimerge.lineage.namespace_refs`) of fork states no stored commit
+        has any more: their manifests name files gc may have reclaimed, and no ref can ask for them."""
+        from trimerge.lineage.location import META_DIR
+        from trimerge.lineage.namespace_refs import stale_pinned_locations
+
+        meta = self.repo.location.backend(META_DIR)
+        for folder in stale_pinned_locations(self.repo):
+            meta.delete_tree(folder)
+            self.report.pinned_copies_removed += 1
 
     def sweep_scratch_leases(self) -> None:
         """Delete the lease documents of scratch transactions (a merge's virtual base) whose process

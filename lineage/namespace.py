@@ -1,28 +1,31 @@
 """trimerge as a Lance Namespace: LanceDB, pylance and other Lance clients open any ref's tables.
 
 ``lance_namespace.connect("trimerge", {"root": URI, "ref": REF, ...storage options})`` (and so
-``lancedb.connect_namespace("trimerge", {...})``) gives a read-only namespace over one repository:
+``lancedb.connect_namespace("trimerge", {...})``) gives a namespace over one repository:
 
 * ``list_tables`` lists the tables at the ref (default: the repository's current branch);
 * ``describe_table`` gives the location and version that open exactly the ref's data, with the
-  storage options. A table on its dataset's Lance ``main`` is served with ``managed_versioning``:
-  Lance asks this namespace which version is the latest (``list_table_versions``: the ref's) and
-  asks it to commit any write (``create_table_version``: refused). A table on a fork is located at
-  the fork's dataset (``<dataset>/tree/f-<ulid>``, the Lance branch layout), unmanaged (Lance
-  refuses a managed fork opened by path): at the fork's head its latest version is the ref's data,
-  and for an older state the response's ``version`` must be applied by the client
-  (``lance.dataset(..., version=...)``, ``db.open_table(name, version=...)``).
-  ``properties["trimerge.exact_latest"]`` says which case applies;
+  storage options, always with ``managed_versioning``: Lance asks this namespace which version is
+  the latest (``list_table_versions``: the ref's), and asks it to commit any write
+  (``create_table_version``). A table on its dataset's Lance ``main`` is located at the dataset;
+  a fork's state (Lance branch ``tree/f-<ulid>``, which Lance will not open managed by path) at a
+  pinned location, a shallow clone of exactly that version (see
+  :mod:`trimerge.lineage.namespace_refs`), so a plain ``open_table(name)`` is exact for every ref;
 * ``DescribeTableRequest.branch`` / ``.tag`` name trimerge branches and tags; any other ref
   (``main~2``, a commit id, ``feat^``) is either the ``ref`` property or a child namespace: table id
-  ``[REF, TABLE]`` (``db.open_table(TABLE, namespace_path=[REF])``).
+  ``[REF, TABLE]`` (``db.open_table(TABLE, namespace_path=[REF])``). A Lance branch Lance itself
+  asks for (LanceDB's ``open_table(name, branch=...)``) is refused with the way to name the ref.
 
-Writes through the namespace are refused (:class:`lance_namespace.UnsupportedOperationError`;
-a write a client makes itself to a fork's location cannot be seen, hence not refused):
-a trimerge write is a multi-table commit with a branch lease, which the namespace protocol's
-per-table commits cannot carry. Write with :meth:`Repository.transaction` instead. Bad input (not
-a repository, a ref that does not resolve, a table not at the ref) raises the namespace's own error
-types and writes nothing: the repository is always opened read-only.
+A write through a Lance client (LanceDB ``add``, ``delete``, ``update``, ``merge_insert``, index
+creation; pylance's too) on a branch becomes one trimerge commit on that branch, under its lease,
+by the ``actor``/``message`` properties (:func:`~trimerge.lineage.namespace_refs.take_commit`); on
+a tag, commit id, expression or protected branch it is refused, and the files the refused commit
+had already written are removed (:func:`~trimerge.lineage.orphans.discard_refused_write`). The namespace's own write
+operations (create, insert, merge-insert, drop, ...) are refused
+(:class:`lance_namespace.UnsupportedOperationError`): a trimerge write is a multi-table commit with a
+branch lease. Bad input (not a repository, a ref that does not resolve, a table not at the ref)
+raises the namespace's own error types and writes nothing: the repository is opened read-only
+(and for writing only to take a client's commit).
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ from typing import Any, Mapping
 import lance_namespace as ln
 
 from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.errors import TrimergeError
+from trimerge.lineage.errors import TrimergeError, lance_message
+from trimerge.lineage.filters import check_filter, plan_filter
 from trimerge.lineage.names import MAIN
+from trimerge.lineage.orphans import discard_refused_write
+from trimerge.lineage.recovery import INTENTS
 from trimerge.lineage.namespace_hook import CLASS_PATH, IMPL_NAME
+from trimerge.lineage.namespace_refs import (Served, refuse_lance_branch, refused_extras, remove_pinned_leftovers,
+                                             serve, staged_pinned, take_commit)
 from trimerge.lineage.repository import Repository
 
 __all__ = ["IMPL_NAME", "TrimergeNamespace", "register"]
@@ -76,9 +84,14 @@ class TrimergeNamespace(ln.LanceNamespace):
     (``aws_endpoint``, ``aws_access_key_id``, ``region``, ...), handed on to the clients in
     ``describe_table``'s ``storage_options``."""
 
-    def __init__(self, root: str | None = None, ref: str | None = None, **storage_options: str):
+    def __init__(self, root: str | None = None, ref: str | None = None, actor: str | None = None,
+                 message: str | None = None, **storage_options: str):
         if not root:
             raise ln.InvalidInputError("the trimerge namespace needs a 'root' property: the repository's location")
+        self.root = root
+        #: Author and message of the commits LanceDB writes become (properties ``actor``, ``message``).
+        self.actor, self.message = actor or None, message or None
+        self._writable: Repository | None = None
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()}
         try:
             self.repo = Repository.open(root, read_only=True, storage_options=self.storage_options or None)
@@ -90,7 +103,8 @@ class TrimergeNamespace(ln.LanceNamespace):
     # ------------------------------------------------------------------ identity
     def namespace_id(self) -> str:
         """``TrimergeNamespace { root: ..., ref: ... }`` (equal ids share cached resources)."""
-        return f"TrimergeNamespace {{ root: {self.repo.uri!r}, ref: {self.ref!r} }}"
+        writer = "".join(f", {k}: {v!r}" for k, v in (("actor", self.actor), ("message", self.message)) if v)
+        return f"TrimergeNamespace {{ root: {self.repo.uri!r}, ref: {self.ref!r}{writer} }}"
 
     def __repr__(self) -> str:
         return f"TrimergeNamespace(root={self.repo.uri!r}, ref={self.ref!r})"
@@ -150,12 +164,32 @@ class TrimergeNamespace(ln.LanceNamespace):
         base = self.repo.dataset_path(tv)
         return base if tv.lance_branch == "main" else f"{base}/tree/{tv.lance_branch}"
 
-    def _is_head(self, tv: TableVersion) -> bool:
-        """Whether ``tv`` is the latest version of its Lance branch (opening the latest is then exact)."""
-        try:
-            return self.repo.table_store.open(tv.dataset, tv.lance_branch, None).version == tv.version
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise ln.TableNotFoundError(f"data of {tv.dataset} ({tv.lance_branch}) cannot be opened: {exc}") from None
+    def _served(self, table: str, ref: str, tv: TableVersion) -> Served:
+        """The managed location serving ``tv`` (see :mod:`trimerge.lineage.namespace_refs`)."""
+        return serve(self.repo, tv, f"{table} at {ref}")
+
+    def _lance_table_version(self, request: Any) -> tuple[str, str, Commit, TableVersion]:
+        """The table version of a request Lance makes for a managed table (``branch``: a Lance branch)."""
+        ident = list(_field(request, "id") or [])
+        if not ident:
+            raise ln.InvalidInputError("a table request needs an id: [TABLE] or [REF, TABLE]")
+        table, ref = ident[-1], self._namespace_ref(ident[:-1])
+        refuse_lance_branch(request, table, ref)
+        commit = self._resolve(ref)
+        tv = commit.tables.get(table)
+        if tv is None:
+            raise ln.TableNotFoundError(
+                f"no table {table!r} at {ref} (tables: {', '.join(sorted(commit.tables)) or 'none'})")
+        return table, ref, commit, tv
+
+    def writable_repo(self) -> Repository:
+        """The repository opened for writing (a LanceDB write becoming a commit), on first use."""
+        if self._writable is None:
+            try:
+                self._writable = Repository.open(self.root, storage_options=self.storage_options or None)
+            except TrimergeError as exc:
+                raise ln.PermissionDeniedError(f"root={self.root!r} cannot be written: {exc}") from None
+        return self._writable
 
     # ------------------------------------------------------------------ namespaces
     def list_namespaces(self, request: Any) -> ln.ListNamespacesResponse:
@@ -196,16 +230,15 @@ class TrimergeNamespace(ln.LanceNamespace):
             raise ln.TableVersionNotFoundError(
                 f"{table} at {ref} is Lance version {tv.version}; open another ref (ref=, branch=, tag=, or "
                 f"a [REF, TABLE] id) to see other states")
-        managed = tv.lance_branch == "main"  # Lance then asks list_table_versions, and refuses writes through us
-        head = managed or self._is_head(tv)
-        location = self._location(tv)
+        # Always managed: Lance asks list_table_versions which version to open and create_table_version
+        # to commit a write; a fork's state is served from a pinned location (namespace_refs.serve).
+        served = self._served(table, ref, tv)
         properties = {"trimerge.ref": ref, "trimerge.commit": commit.id, "trimerge.lance_branch": tv.lance_branch,
-                      "trimerge.primary_key": ",".join(tv.primary_key),
-                      "trimerge.exact_latest": "true" if head else "false"}
+                      "trimerge.primary_key": ",".join(tv.primary_key), "trimerge.exact_latest": "true",
+                      "trimerge.pinned": "true" if served.pinned else "false"}
         return ln.DescribeTableResponse(
-            table=table, namespace=[ref], location=location, table_uri=location, version=tv.version,
-            storage_options=dict(self.storage_options) or None, managed_versioning=managed or None,
-            properties=properties)
+            table=table, namespace=[ref], location=served.location, table_uri=served.location, version=tv.version,
+            storage_options=dict(self.storage_options) or None, managed_versioning=True, properties=properties)
 
     def table_exists(self, request: Any) -> ln.TableExistsResponse:
         """Raises :class:`lance_namespace.TableNotFoundError` unless the table is at the ref."""
@@ -213,27 +246,78 @@ class TrimergeNamespace(ln.LanceNamespace):
         return ln.TableExistsResponse()
 
     def count_table_rows(self, request: Any) -> ln.CountTableRowsResponse:
-        """Rows of the table at the ref (``predicate``: a Lance filter)."""
-        _, _, _, tv = self._table_version(request)
-        count = self.repo.open_table_version(tv).count_rows(_field(request, "predicate"))
+        """Rows of the table at the ref (``predicate``: a Lance filter, checked as every trimerge
+        filter is — a predicate Lance would crash on, or cut short at a ';', is refused)."""
+        table, ref, _, tv = self._table_version(request)
+        predicate = _field(request, "predicate")
+        ds = self.repo.open_table_version(tv)
+        try:
+            if predicate is not None:
+                plan_filter(ds, check_filter(predicate, "predicate"), f"count rows of {table} at {ref}")
+            count = ds.count_rows(predicate)
+        except TrimergeError as exc:
+            raise ln.InvalidInputError(str(exc)) from None
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ln.InvalidInputError(f"count rows of {table} at {ref}: {lance_message(exc)[:300]}") from None
         return ln.CountTableRowsResponse(count=count)
 
     def list_table_versions(self, request: Any) -> ln.ListTableVersionsResponse:
         """One version: the one the ref pins (Lance asks this for a managed table's latest)."""
-        _, _, _, tv = self._table_version(request)
-        return ln.ListTableVersionsResponse(versions=[self._version_entry(tv)])
+        table, ref, _, tv = self._lance_table_version(request)
+        return ln.ListTableVersionsResponse(versions=[self._version_entry(table, ref, tv)])
 
     def describe_table_version(self, request: Any) -> ln.DescribeTableVersionResponse:
         """The version the ref pins; any other version number is not part of the ref."""
-        table, ref, _, tv = self._table_version(request)
+        table, ref, _, tv = self._lance_table_version(request)
         asked = _field(request, "version")
         if asked is not None and asked != tv.version:
             raise ln.TableVersionNotFoundError(
-                f"{table} at {ref} is Lance version {tv.version}, not {asked}; open another ref for other states")
-        return ln.DescribeTableVersionResponse(version=self._version_entry(tv))
+                f"{table} at {ref} is Lance version {tv.version}, not {asked}: a Lance version is not a trimerge "
+                f"state; open the state's ref instead (open_table({table!r}, namespace_path=[REF]) or the 'ref' "
+                f"property; REF: a branch, tag, commit id or expression such as {ref}~1)")
+        return ln.DescribeTableVersionResponse(version=self._version_entry(table, ref, tv))
 
-    def _version_entry(self, tv: TableVersion) -> ln.TableVersion:
-        return ln.TableVersion(version=tv.version, manifest_path=_manifest_path(self._location(tv), tv.version))
+    def create_table_version(self, request: Any) -> Any:
+        """A write a Lance client made (LanceDB ``add``, ``delete``, ``update``, ``merge_insert``, index
+        creation) becomes one trimerge commit on the ref's branch (:func:`namespace_refs.take_commit`),
+        or is refused: Lance has by then written the version's data, transaction and a staging manifest,
+        and what no version names goes now."""
+        table, ref, _, tv = self._lance_table_version(request)
+        served = self._served(table, ref, tv)
+        try:
+            return take_commit(self, table, ref, tv, served, request)
+        except ln.ConcurrentModificationError:
+            raise  # Lance reads the newer version back, rebases and retries with the same data files
+        except Exception as exc:
+            try:
+                pinned = staged_pinned(self.repo, tv, request)  # the folder the client's handle wrote in
+                if pinned is not None:
+                    remove_pinned_leftovers(self.repo, pinned)
+                elif not served.pinned:  # (staged in a dataset the ref has since forked: gc's orphan sweep)
+                    extras = refused_extras(self.repo, tv, served, request)
+                    self._discard_refused_write(request)
+                    for key in extras:
+                        self.repo.table_store.files.delete(key)
+            except Exception:  # cleaning up is a courtesy: the refusal is the answer, whatever happens here
+                pass
+            if isinstance(exc, ln.LanceNamespaceError):
+                raise
+            raise ln.InternalError(f"write to {table} at {ref} not taken: {type(exc).__name__}: {exc}") from exc
+
+    def _discard_refused_write(self, request: Any) -> None:
+        _, _, _, tv = self._table_version(request)
+        path = str(_field(request, "manifest_path") or "")
+        folder, _, name = path.replace("\\", "/").rpartition("/")
+        expected = _manifest_path(self._location(tv), 0).rpartition("/")[0]
+        if tv.lance_branch != "main" or folder.strip("/") != expected.strip("/"):
+            return  # not the served table's own _versions folder: nothing of ours to clean
+        busy = any((str(t.get("dataset")), str(t.get("lance_branch"))) == (tv.dataset, "main")
+                   for key in self.repo.docs.list(INTENTS) if isinstance(doc := self.repo.docs.get(key), dict)
+                   for t in doc.get("touched", []) if isinstance(t, dict))
+        discard_refused_write(self.repo.table_store, tv.dataset, name, busy=busy)
+
+    def _version_entry(self, table: str, ref: str, tv: TableVersion) -> ln.TableVersion:
+        return ln.TableVersion(version=tv.version, manifest_path=self._served(table, ref, tv).manifest_path)
 
 
 def _refuse(name: str):
@@ -248,7 +332,7 @@ def _refuse(name: str):
 for _name in ("create_namespace", "drop_namespace", "register_table", "deregister_table", "drop_table",
               "create_table", "declare_table", "create_empty_table", "insert_into_table", "merge_insert_into_table",
               "update_table", "delete_from_table", "create_table_index", "create_table_scalar_index",
-              "drop_table_index", "create_table_version", "create_materialized_view", "refresh_materialized_view", "batch_create_table_versions", "batch_commit_tables",
+              "drop_table_index", "create_materialized_view", "refresh_materialized_view", "batch_create_table_versions", "batch_commit_tables",
               "batch_delete_table_versions", "restore_table", "rename_table", "alter_table_add_columns",
               "alter_table_alter_columns", "alter_table_drop_columns", "alter_table_backfill_columns",
               "create_table_tag", "update_table_tag", "delete_table_tag", "create_table_branch",

@@ -88,9 +88,12 @@ def test_branch_head_and_old_states_are_described_as_such(repo):
     assert on_main.managed_versioning is True and on_main.location == repo.dataset_path(repo.table_version("items"))
     fork = describe(ns, "items", branch="feat")
     tv = repo.table_version("items", "feat")
-    assert fork.location.endswith(f"/tree/{tv.lance_branch}") and not fork.managed_versioning
-    assert fork.properties["trimerge.exact_latest"] == "true"
-    assert describe(ns, ["feat~1", "items"]).properties["trimerge.exact_latest"] == "false"
+    # a fork's state is served managed from a pinned location (a shallow clone of exactly that version)
+    assert fork.managed_versioning is True and fork.properties["trimerge.pinned"] == "true"
+    assert fork.location.endswith(f"/_trimerge/served/{tv.dataset}/{tv.lance_branch}/v{tv.version}")
+    older = describe(ns, ["feat~1", "items"])
+    assert older.managed_versioning is True and older.location != fork.location
+    assert {fork.properties["trimerge.exact_latest"], older.properties["trimerge.exact_latest"]} == {"true"}
 
 
 def test_branch_and_tag_of_the_request_are_trimerge_refs(repo):
@@ -151,17 +154,20 @@ def test_bad_input_raises_namespace_errors_and_writes_nothing(repo, tmp_path):
     assert not list(Path(tmp_path).iterdir())
 
 
-def test_lancedb_writes_to_a_managed_table_are_refused(tmp_path):
+def test_lancedb_writes_become_commits_on_a_branch_and_are_refused_elsewhere(tmp_path):
     repo = build(str(tmp_path / "repo"))
-    before = rows(repo.read("items"))
     db = lancedb.connect_namespace("trimerge", {"root": repo.uri})
-    table = db.open_table("items")
-    # Lance asks the namespace to commit (create_table_version: refused), then reports the outcome as unknown
-    with pytest.raises(RuntimeError, match="Commit result for version .* is unknown"):
-        table.add(items([9]))
+    db.open_table("items").add(items([9]))  # Lance asks the namespace to commit: one trimerge commit on main
     fresh = trimerge.Repository.open(repo.uri)
-    assert rows(fresh.read("items")) == before and fresh.fsck().ok
-    assert rows(db.open_table("items").to_arrow()) == before
+    assert [r["id"] for r in rows(fresh.read("items"))] == [2, 3, 4, 9] and fresh.fsck().ok
+    before = rows(fresh.read("items", "v1"))
+    tagged = lancedb.connect_namespace("trimerge", {"root": repo.uri, "ref": "v1"}).open_table("items")
+    # a tag is a fixed state: refused (Lance reports the refused commit's outcome as unknown)
+    with pytest.raises(RuntimeError, match="Commit result for version .* is unknown"):
+        tagged.add(items([10]))
+    assert rows(trimerge.Repository.open(repo.uri).read("items", "v1")) == before
+    assert rows(lancedb.connect_namespace("trimerge", {"root": repo.uri, "ref": "v1"})
+                .open_table("items").to_arrow()) == before
 
 
 def test_registered_when_lance_namespace_is_imported_after_trimerge(repo):
