@@ -14,6 +14,12 @@ are what a failing result names), and runs within the ``checks.timeout`` setting
 running then is interrupted and the check fails to run (one line; a gated merge aborts and its
 branch lease is released) — an endless query would otherwise hang ``check run`` and every gated
 merge.
+
+A gated merge runs a *row-local* check (:mod:`trimerge.lineage.checkscope`) on the rows it wrote
+alone when the table is known to pass it (:mod:`trimerge.lineage.checkpasses`, written by
+:meth:`Checks.run` and by gated merges): the same verdict for a fraction of the cost
+(:mod:`trimerge.merge.checkdelta`). Checks run in connections to one DuckDB database per process
+(:func:`_session`).
 """
 
 from __future__ import annotations
@@ -67,13 +73,17 @@ class Check:
 @dataclass(frozen=True)
 class CheckResult:
     """One check run: ``failing_rows`` counts the rows the query returned; ``sample_keys`` holds the
-    first failing rows' keys (by key order; empty when the query does not return the key columns)."""
+    first failing rows' keys (by key order; empty when the query does not return the key columns).
+    ``scope`` says what the query ran on: ``"table"``, or in a gated merge ``"rows written since
+    version N"`` (a row-local check that passed at version N: the same verdict, see
+    :mod:`trimerge.merge.checkdelta`)."""
 
     name: str
     table: str
     failing_rows: int
     sample_keys: list[dict[str, Any]] = field(default_factory=list)
     sql: str = ""
+    scope: str = "table"
 
     @property
     def passed(self) -> bool:
@@ -83,7 +93,8 @@ class CheckResult:
         from trimerge.lineage.jsonvalues import jsonable
 
         return {"name": self.name, "table": self.table, "failing_rows": self.failing_rows,
-                "sample_keys": [jsonable(k) for k in self.sample_keys], "sql": self.sql, "passed": self.passed}
+                "sample_keys": [jsonable(k) for k in self.sample_keys], "sql": self.sql, "passed": self.passed,
+                "scope": self.scope}
 
     def describe(self) -> str:
         if self.passed:
@@ -147,10 +158,44 @@ def checked_sql(sql: Any, what: str) -> str:
     return sql
 
 
-def _connect(table: str, dataset: Any) -> Any:
+_DATABASE: dict[int, Any] = {}  # per process id: a forked child must not share its parent's
+_DATABASE_LOCK = threading.Lock()
+
+
+def _session() -> Any:
+    """A new connection to this process's DuckDB database for checks. Opening a database costs
+    40–150 ms (a gated merge of 0.1% of a large table is ~0.3 s); a connection to an open one costs
+    nothing and sees only what it registers itself (registered tables are connection-local, and a
+    check's SQL cannot write). File access is off for the whole database."""
+    import os
+
     import duckdb
 
-    con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
+    pid = os.getpid()
+    with _DATABASE_LOCK:
+        if pid not in _DATABASE:
+            _DATABASE.clear()
+            _DATABASE[pid] = duckdb.connect(config={"enable_external_access": False, "threads": 2})
+        return _DATABASE[pid].cursor()
+
+
+def engine_identity() -> str:
+    """What besides a query and the data decides its answer here: DuckDB's version and the
+    session's time zone and calendar (a TIMESTAMPTZ cast or date part depends on them)."""
+    import duckdb
+
+    con = _session()
+    try:
+        zone, calendar = con.sql("SELECT current_setting('TimeZone'), current_setting('Calendar')").fetchall()[0]
+    except duckdb.Error:  # built without ICU: no time zones
+        zone, calendar = "", ""
+    finally:
+        con.close()
+    return f"{duckdb.__version__}|{zone}|{calendar}"
+
+
+def _connect(table: str, dataset: Any) -> Any:
+    con = _session()
     con.register(table, dataset)
     return con
 
@@ -243,20 +288,29 @@ def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, Table
     """Run every check against ``open_table(table)`` (a Lance dataset), each within ``timeout``
     seconds (default: the ``checks.timeout`` setting's default); a check whose table is gone is
     reported as failing to run."""
-    import duckdb
+    def runs() -> Iterable[tuple[Check, Any, Sequence[str]]]:
+        for check in checks:
+            if check.table not in tables:
+                raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
+            yield check, open_table(check.table), tables[check.table].primary_key
 
+    return run_each(runs(), timeout)
+
+
+def run_each(runs: Iterable[tuple[Check, Any, Sequence[str]]], timeout: float | None = None) -> list[CheckResult]:
+    """Run each ``(check, data, primary key)``: ``data`` is what the query sees under the check's
+    table name — the table (a Lance dataset) or some of its rows (an Arrow table: see
+    :mod:`trimerge.merge.checkdelta`) — each within ``timeout`` seconds as :func:`run_all`."""
     timeout = default_timeout() if timeout is None else timeout
     out: list[CheckResult] = []
     con = None
     try:
-        for check in checks:  # one connection; each query sees its own table only
-            if check.table not in tables:
-                raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
+        for check, data, primary_key in runs:  # one connection; each query sees its own table only
             if con is None:
-                con = duckdb.connect(config={"enable_external_access": False, "threads": 2})
-            con.register(check.table, open_table(check.table))
+                con = _session()
+            con.register(check.table, data)
             try:
-                out.append(_run_on(con, check, tables[check.table].primary_key, timeout))
+                out.append(_run_on(con, check, primary_key, timeout))
             finally:
                 con.unregister(check.table)
     finally:
@@ -336,8 +390,18 @@ class Checks:
             if unknown:
                 raise CheckNotFoundError(f"no check {unknown[0]!r} at {repo.default_ref(ref)}")
             checks = [c for c in checks if c.name in set(names)]
-        return run_all(checks, lambda t: repo.open_table_version(commit.tables[t]), commit.tables,
-                       repo.settings.get(TIMEOUT_SETTING))
+        results = run_all(checks, lambda t: repo.open_table_version(commit.tables[t]), commit.tables,
+                          repo.settings.get(TIMEOUT_SETTING))
+        if not repo.read_only:  # so a gated merge into ref may check only the rows it writes
+            from trimerge.lineage.checkpasses import CheckPasses
+
+            passes = CheckPasses(repo.docs)
+            for table in sorted({c.table for c in checks}):
+                passed = [c for c, r in zip(checks, results) if c.table == table and r.passed]
+                if passed:
+                    tv = commit.tables[table]
+                    passes.record(tv, repo.open_table_version(tv).schema, passed)
+        return results
 
 
 def _checked_gates(gates: Sequence[str], what: str) -> tuple[str, ...]:

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from trimerge.lineage.checks import TIMEOUT_SETTING, Check, as_record, judging, run_all, table_checks
+from trimerge.lineage.checks import TIMEOUT_SETTING, Check, as_record, judging, table_checks
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.protection import Protection
+from trimerge.merge.checkdelta import run_gated
 from trimerge.merge.result import Conflict, MergeCheckError, MergeResult
 from trimerge.lineage.threeway import merge_by_name
 
@@ -93,7 +94,8 @@ class Gate:
         if not self.enabled:
             tx.metadata[CHECKS_META] = "skipped: " + ",".join(c.name for c in checks)
             return True
-        self.result.checks = run_all(checks, tx.dataset, tables, self.repo.settings.get(TIMEOUT_SETTING))
+        self.result.checks = run_gated(self.repo, checks, tx.dataset, tables, self.repo.settings.get(TIMEOUT_SETTING),
+                                       record=not tx.scratch)
         tx.metadata[CHECKS_META] = "passed: " + ",".join(c.name for c in checks)
         return all(r.passed for r in self.result.checks)
 
