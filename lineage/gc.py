@@ -256,6 +256,7 @@ class Collector:
             if not wanted.wants_dataset(name):
                 size = store.size(name)
                 store.remove(name)
+                self.forget_check_passes(name)
                 if size:  # an empty folder some stores keep listing is not worth a line
                     report.bytes_freed += size
                     report.datasets_removed.append(name)
@@ -298,6 +299,14 @@ class Collector:
             self.report.bytes_freed += freed
             self.lease.renew_if_due()
 
+    def forget_check_passes(self, dataset: str, lance_branch: str | None = None) -> None:
+        """Drop the "passed at" records (:mod:`trimerge.lineage.checkpasses`) of a removed dataset or fork."""
+        from trimerge.lineage.checkpasses import FOLDER, record_key
+
+        docs = self.repo.docs
+        for key in [record_key(dataset, lance_branch)] if lance_branch else docs.list(f"{FOLDER}/{dataset}"):
+            docs.delete(key)  # a missing record is no error: deletes are idempotent
+
     def delete_forks(self, name: str, forks: list[str], wanted: Roots) -> None:
         """Delete unwanted forks, children before parents (Lance refuses a fork others start from)."""
         store = self.repo.table_store
@@ -312,6 +321,7 @@ class Collector:
                 except Exception:  # still has children (kept forks) or pins: left for a later run
                     continue
                 doomed.remove(fork)
+                self.forget_check_passes(name, fork)
                 self.report.forks_removed.append(f"{name}:{fork}")
                 self.report.bytes_freed += size
                 progress = True

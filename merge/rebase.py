@@ -31,6 +31,7 @@ from trimerge.lineage.protection import Protection, refuse
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.temporaries import TemporaryBranch
 from trimerge.lineage.temporaries import sweep as sweep_temporaries
+from trimerge.merge.checkdelta import run_gated
 from trimerge.merge.engine import cherry_pick
 from trimerge.merge.result import Conflict, MergeCheckError, MergeConflictError, MergeResult
 
@@ -112,8 +113,9 @@ def _gate(repo: Repository, name: str, tip: str, enabled: bool, result: RebaseRe
     if not enabled:
         result.checks_skipped = [c.name for c in gating]
         return True
-    result.checks = run_all(gating, lambda t: repo.open_table_version(tables[t]), tables,
-                            repo.settings.get(TIMEOUT_SETTING))
+    # Row-local checks run on the rows the rebase wrote when the result is known to pass them.
+    result.checks = run_gated(repo, gating, lambda t: repo.open_table_version(tables[t]), tables,
+                              repo.settings.get(TIMEOUT_SETTING), record=False)
     return not result.failed_checks
 
 

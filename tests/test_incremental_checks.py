@@ -298,3 +298,17 @@ def test_incremental_verdicts_equal_whole_table_verdicts(tmp_path_factory, seed,
                 assert c.scope.startswith("rows written since"), (c.name, c.scope)
         before = {r.name: r.passed for r in whole}
         merge("main", "feat", repo=repo, strategy="source-wins", checks=False)
+
+
+def test_gc_forgets_the_records_of_tables_it_removes(tmp_path):
+    repo = start(tmp_path / "r", checks={})
+    repo.branches.create("scratch")
+    repo.create_table("u", rows([1, 2], a=[1, 2]), primary_key="id", branch="scratch")
+    repo.checks.add("no_negative_u", "u", "SELECT * FROM u WHERE a < 0", branch="scratch")
+    assert all(r.passed for r in repo.checks.run("scratch"))
+    dataset = repo.table_version("u", "scratch").dataset
+    assert repo.docs.list(f"checks/passed/{dataset}")
+    repo.branches.delete("scratch", force=True)
+    report = repo.gc(retention="now")
+    assert dataset in report.datasets_removed
+    assert repo.docs.list(f"checks/passed/{dataset}") == []
