@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trimerge.lineage.checks import TIMEOUT_SETTING, CheckResult, judging, run_all
+from trimerge.lineage.checks import TIMEOUT_SETTING, CheckResult, judging
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
 from trimerge.lineage.faults import crashpoint
