@@ -12,12 +12,15 @@ from trimerge.diff.engine import DiffCounts, Progress, TableDiff
 from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit
+from trimerge.lineage.lazyimport import lazy_module
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.display import diff_html, diff_repr, table_diff_html, table_diff_repr
 
 if TYPE_CHECKING:
     import polars as pl
+else:  # what annotations name, imported on first use (typing.get_type_hints)
+    pl = lazy_module("polars")
 
 # Counts in a TableDiff's repr, its first rows in a notebook (here to keep the engine about diffing).
 TableDiff.__repr__ = table_diff_repr  # type: ignore[method-assign]

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
 import pyarrow as pa
 
+from trimerge.lineage.lazyimport import lazy_module
+
 if TYPE_CHECKING:
     import polars as pl
+else:  # what annotations name, imported on first use (typing.get_type_hints)
+    pl = lazy_module("polars")
 
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, TrimergeError

@@ -345,12 +345,12 @@ def test_table_format_shows_fifty_rows_then_a_count(tmp_path, cli):
     (("nope...main",), "nope"),
     (("main", "feature", "--table", "zz"), "zz"),
     (("main.feature",), "not a range"),
-    (("main", "feature", "main"), "one range"),
+    (("main", "feature", "main"), "no table main"),  # names after the refs are tables
     (("main", "feature", "--format", "xml"), "xml"),
     (("main", "feature", "--limit", "many"), "many"),
     (("main", "feature", "--format", "parquet"), "-o"),
     (("::t", "feature"), "address"),
-    ((), "REFS"),
+    ((), "Missing argument"),
 ])
 def test_bad_input_is_one_line_and_exit_2(R, cli, args, fragment):
     res = cli("-C", R, "diff", *args)
