@@ -30,7 +30,7 @@ raises the namespace's own error types and writes nothing: the repository is ope
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 import lance_namespace as ln
 
@@ -289,20 +289,30 @@ class TrimergeNamespace(ln.LanceNamespace):
         except ln.ConcurrentModificationError:
             raise  # Lance reads the newer version back, rebases and retries with the same data files
         except Exception as exc:
-            try:
-                pinned = staged_pinned(self.repo, tv, request)  # the folder the client's handle wrote in
-                if pinned is not None:
-                    remove_pinned_leftovers(self.repo, pinned)
-                elif not served.pinned:  # (staged in a dataset the ref has since forked: gc's orphan sweep)
-                    extras = refused_extras(self.repo, tv, served, request)
-                    self._discard_refused_write(request)
-                    for key in extras:
-                        self.repo.table_store.files.delete(key)
-            except Exception:  # cleaning up is a courtesy: the refusal is the answer, whatever happens here
-                pass
+            self._remove_refused(tv, served, request)
             if isinstance(exc, ln.LanceNamespaceError):
                 raise
             raise ln.InternalError(f"write to {table} at {ref} not taken: {type(exc).__name__}: {exc}") from exc
+
+    def refuse_table_version(self, request: Any, error: ln.LanceNamespaceError) -> NoReturn:
+        """Refuse a client's write for the caller's own reason (``trimerge serve``: a token that may
+        not write there): the files Lance wrote for it go as for any refused write, then ``error``."""
+        table, ref, _, tv = self._lance_table_version(request)
+        self._remove_refused(tv, self._served(table, ref, tv), request)
+        raise error
+
+    def _remove_refused(self, tv: TableVersion, served: Served, request: Any) -> None:
+        try:
+            pinned = staged_pinned(self.repo, tv, request)  # the folder the client's handle wrote in
+            if pinned is not None:
+                remove_pinned_leftovers(self.repo, pinned)
+            elif not served.pinned:  # (staged in a dataset the ref has since forked: gc's orphan sweep)
+                extras = refused_extras(self.repo, tv, served, request)
+                self._discard_refused_write(request)
+                for key in extras:
+                    self.repo.table_store.files.delete(key)
+        except Exception:  # cleaning up is a courtesy: the refusal is the answer, whatever happens here
+            pass
 
     def _discard_refused_write(self, request: Any) -> None:
         _, _, _, tv = self._table_version(request)
