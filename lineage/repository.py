@@ -449,12 +449,13 @@ class Repository(TableWrites):
         return Checks(self)
 
     def blame(self, table: str, *, ref: str | None = None, where: str | None = None,
-              columns: Sequence[str] | None = None) -> pa.Table:
+              columns: Sequence[str] | None = None, method: str = "auto") -> pa.Table:
         """The last commit that changed each row (or each of ``columns``) of ``table`` at ``ref``
-        (:mod:`trimerge.lineage.blame`)."""
+        (:mod:`trimerge.lineage.blame`); ``method``: ``"auto"``, ``"images"`` (Lance's row-version
+        metadata along the first-parent chain) or ``"exact"`` (a keyed walk, the reference)."""
         from trimerge.lineage.blame import blame
 
-        return blame(self, table, ref=ref, where=where, columns=columns)
+        return blame(self, table, ref=ref, where=where, columns=columns, method=method)
 
     def entity_history(self, table: str, key: Any, ref: str | None = None) -> list[Commit]:
         """Commits (newest first) in which the row with ``key`` changed: inserted, updated or deleted.
