@@ -160,13 +160,25 @@ class ThreeWay:
         declared = self.merge_derived(plan, b, o, t)
         plan.declared = declared or {}
         plan = self.table_plan(name, plan)
-        if declared is not None and plan.stats.action != "conflict" and not plan.drop \
-                and declared != derived_decl.as_dict((plan.set_to or o).derived):
-            plan.derived = declared
+        if declared is not None and plan.stats.action != "conflict" and not plan.drop:
+            declared = self.declarable(declared, plan, o)
+            if declared != derived_decl.as_dict((plan.set_to or o).derived):
+                plan.derived = declared
         if o is not None and t is not None and len({_location(b), _location(o), _location(t)}) == 3 \
                 and not plan.drop and plan.stats.action != "conflict":
             self.merge_indices(plan, b, o, t)
         return plan
+
+    def declarable(self, declared: dict[str, tuple[str, ...]], plan: TablePlan,
+                   o: TableVersion | None) -> dict[str, tuple[str, ...]]:
+        """``declared`` without the declarations that name a column the merged table lacks (one
+        side declared it, the other dropped a column it names): no merge records a declaration
+        no write could make — dropping a column drops the declarations that name it."""
+        if not declared:
+            return declared
+        schema = plan.merged_schema or self.repo.open_table_version(plan.set_to or o).schema
+        columns = set(schema.names)
+        return {c: i for c, i in declared.items() if c in columns and columns.issuperset(i)}
 
     def merge_indices(self, plan: TablePlan, b: TableVersion | None, o: TableVersion, t: TableVersion) -> None:
         """Both sides changed the table: merge their index definitions (see :mod:`trimerge.merge.indices`)."""

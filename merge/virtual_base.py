@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Sequence
 
 from trimerge.lineage import graph as graphalg
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.repository import Repository
+from trimerge.merge.gates import merge_checks
 from trimerge.merge.plan import ThreeWay
 from trimerge.merge.publish import apply_plans
 from trimerge.merge.resolve import BASE, Resolver
@@ -91,7 +93,11 @@ class VirtualBase(AbstractContextManager):
             three = ThreeWay(self.repo, ancestor, scratch.table_versions(), other.tables,
                              resolver=Resolver(fallback=BASE, virtual_base=True), granularity="cell", base_is_scratch=False)
             plans = three.run()
+            records = merge_checks(three)  # data checks merge like the schema, in a virtual base too
             apply_plans(self.repo, scratch, plans)
+            for name, record in sorted(records.items()):
+                if name in scratch.tables() and scratch.table_version(name).checks != record:
+                    scratch.set_table(name, replace(scratch.table_version(name), checks=record))
             current = self.graph.add([current, other.id])
         return scratch.table_versions()
 

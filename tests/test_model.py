@@ -39,7 +39,10 @@ takes about twice as long; ``TRIMERGE_MODEL_DIR`` picks another place). Environm
   ``schema`` (all column changes), ``widen``, ``keywiden`` (key columns), ``large``
   (string -> large_string), ``dropcol``, ``keyonly`` (dropping a table's last value column),
   ``revert``, ``cherry_pick``, ``gc``, ``hand`` (resolutions by hand), ``tablegran``
-  (granularity="table"), ``commitdiffs`` (the per-commit diffs).
+  (granularity="table"), ``commitdiffs`` (the per-commit diffs), ``emptyrule`` (accept a one-parent
+  commit that changes nothing, or none, instead of git's rule: drop a commit that would change
+  nothing, keep the replay of one that changed nothing itself), ``dryreclaim`` (accept a dry run
+  that says ``merged`` where the real run raises ``DataReclaimedError``).
 
 The test prints how many histories, steps, commits, diffs and operations of each kind ran (also
 without ``-s``). A failure prints the steps of the shrunk history as Python that rebuilds it
@@ -73,7 +76,7 @@ import trimerge
 from diffref import engine_rows, same
 from trimerge.diff import diff
 from trimerge.lineage import errors as E
-from trimerge.merge import MergeConflictError, cherry_pick, merge, revert
+from trimerge.merge import MergeCheckError, MergeConflictError, cherry_pick, merge, revert
 
 LONG = int(os.environ.get("TRIMERGE_LONG_TESTS", "0") or 0)
 EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 50)
@@ -125,25 +128,29 @@ def key_values(table: str, column: str) -> list:
 
 
 class MTable:
-    """A table of the model: key columns, column types (key columns included), rows by key tuple."""
+    """A table of the model: key columns, column types (key columns included), rows by key tuple;
+    ``meta``: table state beside the data that merges three-way by name (tests/test_model_verbs.py
+    keeps data checks and derived-column declarations there; empty here)."""
 
-    __slots__ = ("key", "types", "rows")
+    __slots__ = ("key", "types", "rows", "meta")
 
-    def __init__(self, key, types, rows):
+    def __init__(self, key, types, rows, meta=None):
         self.key = tuple(key)
         self.types = dict(types)
         self.rows = {k: dict(v) for k, v in rows.items()}
+        self.meta = dict(meta or {})
 
     @property
     def values(self) -> list[str]:
         return [c for c in self.types if c not in self.key]
 
     def copy(self) -> "MTable":
-        return MTable(self.key, self.types, self.rows)
+        return MTable(self.key, self.types, self.rows, self.meta)
 
     def __repr__(self) -> str:
         types = {c: str(t) for c, t in self.types.items()}
-        return f"MTable(key={self.key}, types={types}, rows={dict(sorted(self.rows.items(), key=repr))})"
+        meta = f", meta={self.meta}" if self.meta else ""
+        return f"MTable(key={self.key}, types={types}, rows={dict(sorted(self.rows.items(), key=repr))}{meta})"
 
 
 def rows_equal(x: dict, y: dict) -> bool:
@@ -159,7 +166,20 @@ def teq(x: MTable | None, y: MTable | None) -> bool:
 
 
 def states_equal(x: dict, y: dict) -> bool:
-    return x.keys() == y.keys() and all(teq(x[n], y[n]) for n in x)
+    """Same tables with the same content and the same ``meta``."""
+    return x.keys() == y.keys() and all(teq(x[n], y[n]) and x[n].meta == y[n].meta for n in x)
+
+
+def merge_meta(b: MTable | None, o: MTable, t: MTable) -> dict:
+    """Three-way merge by name of ``meta`` (each name has one definition: no conflicts)."""
+    bm = b.meta if b is not None else {}
+    out = {}
+    for name in set(bm) | set(o.meta) | set(t.meta):
+        vb, vo, vt = bm.get(name), o.meta.get(name), t.meta.get(name)
+        v = vt if vo == vb else vo
+        if v is not None:
+            out[name] = v
+    return out
 
 
 def from_arrow(table: pa.Table, key: tuple[str, ...]) -> MTable:
@@ -300,6 +320,14 @@ def model_merge(B: dict, O: dict, T: dict, granularity: str, dec: Decider) -> tu
     for name in sorted(set(B) | set(O) | set(T)):
         res = _merge_table(name, B.get(name), O.get(name), T.get(name), granularity, dec, conflicts)
         if res is not None:
+            if O.get(name) is not None and T.get(name) is not None:  # (README: like the schema)
+                meta = merge_meta(B.get(name), O[name], T[name])
+                # a derived declaration naming a column the result lacks goes with the column
+                meta = {k: v for k, v in meta.items() if k[0] != "derived" or
+                        (k[1] in res.types and set(v) <= set(res.types))}
+                if meta != res.meta:
+                    res = res.copy()
+                    res.meta = meta
             out[name] = res
     return out, conflicts
 
@@ -468,7 +496,7 @@ def _merge_rows(name, b, o, t, granularity, dec, conflicts):
             rows[k] = result
     if not any_source_change:  # only the schema changes of the source apply
         rows = {k: {c: o_c(k, c) for c in vals} for k in o.rows}
-    return MTable(o.key, S, rows)
+    return MTable(o.key, S, rows, o.meta)
 
 
 def _column_conflict(kind, name, column, dec, conflicts):
@@ -560,6 +588,9 @@ def apply_op(state: dict, op: dict) -> None:
         del mt.types[op["column"]]
         for r in mt.rows.values():
             r.pop(op["column"])
+        # dropping a column drops the derived-column declarations that name it
+        mt.meta = {k: v for k, v in mt.meta.items() if k[0] != "derived" or
+                   (k[1] != op["column"] and op["column"] not in v)}
     elif kind == "widen":
         mt.types[op["column"]] = op["type"]
     elif kind != "compact":
@@ -1106,15 +1137,34 @@ class RepositoryModel(RuleBasedStateMachine):
                                                                 "value")])) if rows else None
         return strategy, hand, table
 
+    # hooks for tests/test_model_verbs.py: the data checks gating a merge into ``dest``, and more
+    # checks of a merge's result
+    def failing_gates(self, dest: str, state: dict) -> list[str]:
+        """Names of the data checks that gate ``dest`` and fail on ``state`` (none here)."""
+        return []
+
+    def check_merge_result(self, verb: str, result, B: dict, O: dict, T: dict) -> None:
+        pass
+
     def three_way(self, data, verb: str, call, call_src: str, dest: str, bases: list[str], theirs: str,
-                  extra_parent: str | None, involved: tuple, mode: str | None = None) -> None:
-        """Run a merge-like operation (dry, then for real) and check it against the model."""
+                  extra_parent: str | None, involved: tuple, mode: str | None = None,
+                  tables: set | None = None) -> None:
+        """Run a merge-like operation (dry, then for real) and check it against the model.
+        ``tables``: a per-table merge (the other tables keep dest's state)."""
         dest_tip = self.branches[dest]
         O, T = self.state(dest_tip), self.state(theirs)
         virtual: dict = {}
         B = self.base_state(bases, virtual)
+        if tables is not None:  # a table not taken: the source and base have dest's
+            B, T = dict(B), dict(T)
+            for name in set(B) | set(O) | set(T):
+                if name not in tables:
+                    for side in (B, T):
+                        side.pop(name, None)
+                        if name in O:
+                            side[name] = O[name]
         granularity = data.draw(st.sampled_from(GRANULARITIES), label="granularity")
-        _, dry_conflicts = model_merge(B, O, T, granularity, Decider())
+        dry_state, dry_conflicts = model_merge(B, O, T, granularity, Decider())
         self.say(f"r = {call_src}, granularity={granularity!r}, dry_run=True)")
         try:
             dry = call(granularity=granularity, dry_run=True)
@@ -1124,7 +1174,17 @@ class RepositoryModel(RuleBasedStateMachine):
         want = model_conflicts(dry_conflicts)
         got = engine_conflicts(dry.conflicts)
         assert got == want, f"{verb} dry run conflicts: engine {got}, model {want}"
-        assert dry.status == ("conflicts" if want else "merged") and dry.commit is None
+        # git's rule on empty commits (issue 39 point 5): a one-parent commit that would change
+        # nothing is not published, except the replay of a commit that changed nothing itself
+        started_empty = verb in ("revert", "cherry-pick") and \
+            states_equal(self.state(involved[0]), self.state(involved[1]))
+        empty = extra_parent is None and states_equal(dry_state, O)
+        dry_status = "conflicts" if want else "check_failed" if self.failing_gates(dest, dry_state) else \
+            "up-to-date" if empty and not started_empty else "merged"
+        if "emptyrule" in EXCLUDE and dry_status in ("up-to-date", "merged") and empty:
+            dry_status = dry.status  # either
+        assert dry.status == dry_status and dry.commit is None, f"{verb} dry run: {dry.status}, model {dry_status}"
+        self.check_merge_result(verb, dry, B, O, T)
         if len(bases) > 1 and not all(states_equal(self.state(bases[0]), self.state(c)) for c in bases[1:]):
             assert dry.virtual_base, "several merge bases that differ, but no virtual base"
         if dry.virtual_base:
@@ -1161,24 +1221,46 @@ class RepositoryModel(RuleBasedStateMachine):
             assert self.repo.resolve(dest).id == dest_tip
             STATS[f"{verb}: conflicts"] += 1
             return
+        failing = self.failing_gates(dest, state)
+        if failing:
+            try:
+                with pytest.raises(MergeCheckError) as info:
+                    call(**kw)
+            except E.DataReclaimedError:
+                assert self.reclaimable(*involved)
+                return
+            assert info.value.result.status == "check_failed"
+            got = sorted(c.name for c in info.value.result.checks if not c.passed)
+            assert got == failing, f"{verb}: failing checks {got}, model {failing}"
+            assert self.repo.resolve(dest).id == dest_tip
+            STATS[f"{verb}: refused by a data check"] += 1
+            return
         try:
             result = call(**kw)
         except E.DataReclaimedError:
             # gc condemned a commit whose data another commit still shares: the dry run read it, the
-            # publish refuses to make it reachable again
+            # publish refuses to make it reachable again — and a dry run that got that far says so
+            # too (issue 39 point 5: a dry run reports exactly what the real run does)
             assert self.reclaimable(*involved)
+            assert dry.status != "merged" or "dryreclaim" in EXCLUDE, \
+                f"the dry run of {verb} said merged, the real run raises DataReclaimedError"
             STATS[f"{verb}: refused, reclaimed by gc"] += 1
             return
         assert not result.conflicts
+        self.check_merge_result(verb, result, B, O, T)
         if extra_parent is not None:
             assert result.status == "merged", result.status
             self.record(dest, result.commit, (dest_tip, extra_parent), state)
         elif result.commit is None:
             assert result.status == "up-to-date"
             assert states_equal(state, O), f"{verb} published nothing, but the model changes {dest}"
+            assert not started_empty or "emptyrule" in EXCLUDE, \
+                f"{verb} of a commit that changed nothing published nothing (git keeps it)"
             STATS[f"{verb}: nothing to publish"] += 1
             return
         else:
+            assert started_empty or not states_equal(state, O) or "emptyrule" in EXCLUDE, \
+                f"{verb} published a commit that changes nothing"
             self.record(dest, result.commit, (dest_tip,), state)
         STATS[f"{verb}: published"] += 1
 
