@@ -338,6 +338,8 @@ class ChainImages:
                 f = schema.field(c)
                 cols[c] = got.column(c).cast(f.type) if c in names else pa.nulls(got.num_rows, f.type)
             parts.append(pa.table(cols))
+        if not parts:  # no fragment on the chain (an emptied, compacted table): the keyed walk answers
+            raise Unusable("no fragment to read")
         return (pa.concat_tables(parts), np.concatenate(epochs), np.concatenate(offsets), np.concatenate(versions))
 
     def _index(self, others: Any) -> None:
