@@ -135,26 +135,10 @@ def judging(before: Mapping[str, TableVersion], after: Mapping[str, TableVersion
 # ---------------------------------------------------------------------------------------------- SQL
 def checked_sql(sql: Any, what: str) -> str:
     """``sql`` if it is one read-only query (sqlglot, DuckDB dialect); one clear error otherwise."""
-    import sqlglot
-    from sqlglot import exp
+    from trimerge.lineage.sql import read_only_query
 
-    if not isinstance(sql, str) or not sql.strip():
-        raise InvalidOperationError(f"{what}: the SQL must be a non-empty query")
-    if len(sql) > MAX_SQL or "\x00" in sql:
-        raise InvalidOperationError(f"{what}: the SQL is longer than {MAX_SQL} characters or holds a NUL")
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidOperationError(f"{what}: the SQL does not parse ({first[:200]})") from None
-    if len(statements) != 1:
-        raise InvalidOperationError(f"{what}: give exactly one query, not {len(statements)} statements")
-    tree = statements[0]
-    writes = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Command, exp.Copy,
-              exp.Merge, exp.Set, exp.Pragma, exp.Use, exp.Transaction, exp.Commit, exp.Rollback)
-    if not isinstance(tree, exp.Query) or any(isinstance(node, writes) for node in tree.walk()):
-        raise InvalidOperationError(f"{what}: a check's SQL must be a query returning the failing rows "
-                                    "(SELECT ...); it may not write")
+    read_only_query(sql, what, "a check's SQL must be a query returning the failing rows (SELECT ...); it may not write",
+                    MAX_SQL)
     return sql
 
 

@@ -55,29 +55,36 @@ def run_sql(repo: "Repository", query: Any, ref: str | None = None, timeout: flo
         con.close()
 
 
-def _parse(query: Any) -> Any:
+def read_only_query(text: Any, what: str, refusal: str, max_chars: int = MAX_QUERY_CHARS) -> Any:
+    """The sqlglot tree (DuckDB dialect) of ``text`` if it is exactly one query that writes
+    nothing; otherwise one :class:`InvalidOperationError` line starting with ``what`` (``refusal``
+    says what is expected when it is not a query). Shared by ``repo.sql`` and data checks."""
     import sqlglot
     from sqlglot import exp
 
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidOperationError("sql: the query must be non-empty text")
-    if len(query) > MAX_QUERY_CHARS or "\x00" in query:
-        raise InvalidOperationError(f"sql: the query is longer than {MAX_QUERY_CHARS:,} characters or holds a NUL")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidOperationError(f"{what}: the SQL must be a non-empty query")
+    if len(text) > max_chars or "\x00" in text:
+        raise InvalidOperationError(f"{what}: the SQL is longer than {max_chars:,} characters or holds a NUL")
     try:
-        statements = [s for s in sqlglot.parse(query, read="duckdb") if s is not None]
+        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidOperationError(f"sql: the query does not parse ({first[:200]})") from None
+        raise InvalidOperationError(f"{what}: the SQL does not parse ({first[:200]})") from None
     except RecursionError:
-        raise InvalidOperationError("sql: the query nests too deeply") from None
+        raise InvalidOperationError(f"{what}: the SQL nests too deeply") from None
     if len(statements) != 1:
-        raise InvalidOperationError(f"sql: give exactly one query, not {len(statements)} statements")
+        raise InvalidOperationError(f"{what}: give exactly one query, not {len(statements)} statements")
     tree = statements[0]
     writes = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Command, exp.Copy,
               exp.Merge, exp.Set, exp.Pragma, exp.Use, exp.Transaction, exp.Commit, exp.Rollback)
     if not isinstance(tree, exp.Query) or any(isinstance(node, writes) for node in tree.walk()):
-        raise InvalidOperationError("sql: only queries (SELECT ..., WITH ... SELECT ...) run here; nothing may write")
+        raise InvalidOperationError(f"{what}: {refusal}")
     return tree
+
+
+def _parse(query: Any) -> Any:
+    return read_only_query(query, "sql", "only queries (SELECT ..., WITH ... SELECT ...) run here; nothing may write")
 
 
 def _relations(repo: "Repository", tree: Any, default_ref: str) -> dict[str, Any]:
