@@ -247,6 +247,12 @@ class ThreeWay:
             return self.drop_modify(plan, b, o, t)
         if self.granularity == "table":
             if not self.diff(name, b, o).changed:
+                # Dest changed no rows. When the source changed none either (the same rows as dest
+                # in another Lance version), taking its table would publish a change of storage
+                # alone; index definitions are merged apart (merge_indices).
+                if not self.diff(name, b, t).changed:
+                    plan.stats.action = "kept"
+                    return plan
                 return self.take(plan, t, THEIRS)
             if not self.diff(name, b, t).changed or not self.diff(name, o, t).changed:
                 plan.stats.action = "kept"  # the source changed nothing, or both made the same change

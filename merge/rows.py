@@ -75,6 +75,16 @@ def take_source_rows(plan: TablePlan, rows: pl.DataFrame, key: list[str], merged
     writes as column files where that is cheaper (a backfill merged back writes one column)."""
     if not rows.height:
         return
+    # An update that changed only columns the merged table lacks (dest dropped them and kept them
+    # dropped, a drop_modify settled dest-wins) leaves dest's row as it is: rewriting it would be a
+    # write that changes nothing, published as a commit that changes nothing.
+    value_columns = [f.name for f in merged if f.name not in key]
+    changed = pl.col("changed_columns")
+    moot = ((pl.col("change") == "update") & (changed.list.len() > 0).fill_null(False)
+            & ~changed.list.eval(pl.element().is_in(value_columns)).list.any().fill_null(True))
+    rows = rows.filter(~moot)
+    if not rows.height:
+        return
     plan.stats.rows_from_source += rows.height
     deletes = rows.filter(pl.col("change") == "delete")
     if deletes.height:

@@ -269,3 +269,51 @@ def test_protection_refuses_a_no_op_restore_as_it_refuses_a_no_op_reset(tmp_path
     with pytest.raises(ProtectedBranchError):
         repo.restore("t", "main", branch="main", dry_run=True)
     assert repo.resolve("main").id == tip
+
+
+# ---------------------------------------------------------------------------------------------- (5) empty commits, found by the model test
+@pytest.mark.parametrize("verb", ["squash", "tables", "cherry-pick", "merge"])
+def test_a_drop_modify_settled_dest_wins_that_changes_nothing_publishes_nothing(tmp_path, verb):
+    """Dest dropped v; the source changed only v. Settled dest-wins, the source's change leaves no
+    trace: a one-parent result is empty (up-to-date, dry run alike); a merge commit is still made."""
+    repo = new_repo(tmp_path)
+    repo.drop_columns("t", ["v"])
+    picked = write(repo, "src", id=[1], v=[11])
+    tip = repo.resolve("main").id
+    results = []
+    for dry in (True, False):
+        if verb == "cherry-pick":
+            results.append(cherry_pick(picked.id, "main", repo=repo, strategy="dest-wins", dry_run=dry))
+        else:
+            results.append(merge("src", "main", repo=repo, strategy="dest-wins", dry_run=dry, squash=verb == "squash",
+                                 tables=["t"] if verb == "tables" else None))
+    assert [r.status for r in results] == (["merged"] * 2 if verb == "merge" else ["up-to-date"] * 2)
+    assert (repo.resolve("main").id != tip) == (verb == "merge")
+    assert by_key(repo) == {1: {}, 2: {}}
+
+
+@pytest.mark.parametrize("verb", ["cherry-pick", "squash"])
+def test_identical_content_in_other_versions_is_up_to_date_at_table_granularity(tmp_path, verb):
+    """Dest and the source each rewrote u without changing it (compactions) and made the same change
+    to t: at table granularity, as at cell granularity, a one-parent result changes nothing."""
+    repo = new_repo(tmp_path)
+    repo.create_table("u", rows(k=[1]), "k")
+    for k in range(2, 6):
+        repo.append("u", rows(k=[k]))
+    repo.branches.delete("src", force=True)
+    repo.branches.create("src")
+    for branch in ("src", "main"):
+        with repo.transaction(branch) as tx:
+            tx.upsert("t", rows(id=[3], v=[30]))
+            tx.compact("u")
+    locations = {repo.table_version("u", ref).location for ref in ("main", "main~1", "src")}
+    assert len(locations) == 3
+    tip = repo.resolve("main").id
+    for granularity in ("cell", "table"):
+        for dry in (True, False):
+            if verb == "cherry-pick":
+                result = cherry_pick("src", "main", repo=repo, granularity=granularity, dry_run=dry)
+            else:
+                result = merge("src", "main", repo=repo, granularity=granularity, dry_run=dry, squash=True)
+            assert (granularity, result.status, result.commit) == (granularity, "up-to-date", None)
+    assert repo.resolve("main").id == tip
