@@ -74,12 +74,14 @@ def plan_upsert(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[
     values = [c for c in rows.column_names if c not in pk]
     old = arrowtypes.encode(current.take(at_current).select(values))  # decimal256: polars panics on it
     new = arrowtypes.encode(rows.take(at_rows).select(values))
-    try:
-        differs = pl.from_arrow(new).select(
-            pl.any_horizontal([~pl.col(c).eq_missing(pl.Series(c, pl.from_arrow(old.column(c)))) for c in values])
-            if values else pl.lit(False)).to_series().to_numpy()
-    except Exception:  # a type polars cannot compare: treat as changed (the diff drops equal rows)
-        differs = np.ones(len(at_rows), dtype=bool)
+    if not values:  # a key-only table: an existing key has nothing to change
+        differs = np.zeros(len(at_rows), dtype=bool)
+    else:
+        try:
+            differs = pl.from_arrow(new).select(pl.any_horizontal(
+                [~pl.col(c).eq_missing(pl.Series(c, pl.from_arrow(old.column(c)))) for c in values])).to_series().to_numpy()
+        except Exception:  # a type polars cannot compare: treat as changed (the diff drops equal rows)
+            differs = np.ones(len(at_rows), dtype=bool)
     matched = np.zeros(rows.num_rows, dtype=bool)
     matched[at_rows.to_numpy()] = True
     keep = ~matched

@@ -78,3 +78,16 @@ def test_delete_by_filter_deletes_what_lance_deletes(indexed, where, tmp_path_fa
     ds.delete(where)
     expected = lance.dataset(plain).to_table().sort_by("id")
     assert repo.read("t", ref=branch).sort_by("id").select(["id", "v"]).to_pydict() == expected.to_pydict()
+
+
+def test_upsert_of_existing_keys_into_a_key_only_indexed_table(tmp_path):
+    """Found by the model test: a key-only table's upsert through the key index compared no value
+    columns and crashed (IndexError) when some keys existed."""
+    repo = trimerge.Repository.init(str(tmp_path / "repo"))
+    repo.settings.set("index.key_min_rows", 5)
+    repo.create_table("k", pa.table({"id": pa.array(np.arange(10), pa.int64())}), primary_key="id")
+    assert keyed.key_indexed(repo.dataset("k"), ["id"])
+    repo.upsert("k", pa.table({"id": pa.array([0, 1, 2], pa.int64())}))  # all exist: nothing to write
+    assert sorted(repo.read("k").column("id").to_pylist()) == list(range(10))
+    repo.upsert("k", pa.table({"id": pa.array([2, 30], pa.int64())}))
+    assert sorted(repo.read("k").column("id").to_pylist()) == [*range(10), 30]
