@@ -279,18 +279,14 @@ class TableDiff:
 
     def rows(self, columns: str | Sequence[str] | None = "all") -> pa.Table:
         """Changed rows: key columns, ``change`` (insert/delete/update), ``changed_columns``,
-        and ``before`` / ``after`` structs of the non-key values (null for insert / delete).
-        ``columns``: ``"all"`` (every value column), ``"changed"`` (only columns that changed in
-        some row, read as such where column files say so: a backfill's rows cost what its column
-        costs) or a list of column names."""
+        and ``before`` / ``after`` structs of the values (null for insert / delete); ``columns``:
+        ``"all"``, ``"changed"`` (columns that changed in some row: a backfill costs its column) or names."""
         if isinstance(columns, str) and columns == "changed":
             return rows_of_changed_columns(self)
         if isinstance(columns, str) and columns != "all":
             raise InvalidOperationError(f"rows(columns=...) takes 'all', 'changed' or a list of names, not {columns!r}")
         if self._changed is None and self.engine == "local" and not self._budget_asked and \
-                changes_fill_candidates(self):
-            # Nearly every candidate row is a change and every change is materialized: spilling
-            # would save no memory, only add a round trip through disk.
+                changes_fill_candidates(self):  # every row is returned: a spill would save no memory
             budget, self._memory_budget = self._memory_budget, 1 << 62
             try:
                 self._changed_rows()

@@ -153,6 +153,10 @@ class TrimergeNamespace(ln.LanceNamespace):
 
     def _table_version(self, request: Any) -> tuple[str, str, Commit, TableVersion]:
         table, ref = self._table_ref(request)
+        return self._at(table, ref)
+
+    def _at(self, table: str, ref: str) -> tuple[str, str, Commit, TableVersion]:
+        """``table`` at ``ref``, or the namespace's TableNotFoundError."""
         commit = self._resolve(ref)
         tv = commit.tables.get(table)
         if tv is None:
@@ -175,12 +179,7 @@ class TrimergeNamespace(ln.LanceNamespace):
             raise ln.InvalidInputError("a table request needs an id: [TABLE] or [REF, TABLE]")
         table, ref = ident[-1], self._namespace_ref(ident[:-1])
         refuse_lance_branch(request, table, ref)
-        commit = self._resolve(ref)
-        tv = commit.tables.get(table)
-        if tv is None:
-            raise ln.TableNotFoundError(
-                f"no table {table!r} at {ref} (tables: {', '.join(sorted(commit.tables)) or 'none'})")
-        return table, ref, commit, tv
+        return self._at(table, ref)
 
     def writable_repo(self) -> Repository:
         """The repository opened for writing (a LanceDB write becoming a commit), on first use."""

@@ -74,8 +74,7 @@ class Transaction(FragmentWrites):
         self._tables: dict[str, TableVersion] = {}
         self._touched: dict[tuple[str, str], dict[str, Any]] = {}
         self._ops: list[str] = []
-        #: Publish a commit even when nothing changed: the replay of a commit that changed nothing
-        #: either (git keeps commits that started empty; see trimerge.merge.engine).
+        #: Publish even when nothing changed: the replay of a commit that started empty (as git).
         self.keep_empty = False
         self._extra_parents: list[str] = []
         self._refers: list[str] = []  # existing commits whose data this write reuses (gc keeps them)
