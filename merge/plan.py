@@ -451,8 +451,7 @@ DEST_KEYS_LIMIT = 200_000
 
 def dest_rows(d_o: TableDiff, d_t: TableDiff) -> TableDiff:
     """Dest's diff as the fold reads it. The fold classifies only the keys the source changed, so
-    with a local source diff of fewer keys than dest's candidate rows (from fragment metadata),
-    dest's diff is restricted to those keys
+    with a small local source diff not read through column pairs, dest's diff is restricted to those keys
     (:meth:`TableDiff.only_keys`): the base images of dest's other changed rows are never read
     (they were ~40% of a small merge's reads on SF1). Otherwise ``d_o`` itself."""
     if "spark" in (d_o.engine, d_t.engine) or d_t.count_first or d_o.before_snapshot.tv is None or \
@@ -462,11 +461,9 @@ def dest_rows(d_o: TableDiff, d_t: TableDiff) -> TableDiff:
     so, st = d_o.after_snapshot.schema, d_t.after_snapshot.schema
     if any(so.field(k).type != st.field(k).type for k in key):
         return d_o
-    source_keys = d_t.counts.rows_changed
-    # Restricting pays only when it reads less: a backfill changes every key, and restricting
-    # dest's few changed rows to all of them would read (and spill) the source's whole rows.
-    # Asked before ``spilled``, which computes the source's rows.
-    if source_keys > DEST_KEYS_LIMIT or source_keys >= d_o.candidate_plan.estimated_rows or d_t.spilled:
+    # A source read through column pairs (a backfill) reaches the fold as narrow rows: asking its
+    # keys here (or ``spilled``) would read and spill its whole rows just to restrict dest's few.
+    if d_t.candidate_plan.column_pairs or d_t.counts.rows_changed > DEST_KEYS_LIMIT or d_t.spilled:
         return d_o
     return d_o.only_keys(d_t.rows_with_row_ids().select(key))
 
