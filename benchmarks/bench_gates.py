@@ -13,7 +13,7 @@
    0.1% of rows updated in each: ``--whole-shares``) vs reading the table (target ≤ 2×).
 
 Blame is timed as ``repo.blame`` runs it (``auto``: the first-parent chain answered from its
-fragments' row images where that reads less, :mod:`trimerge.lineage.blame_images`) and with
+fragments' row images where that reads less, :mod:`trimerge.lineage.gates.blame_images`) and with
 ``method="exact"`` (keyed lookups only, the reference), alternating, and checked to agree.
 
 Run: ``python benchmarks/bench_gates.py`` (``--quick`` for small sizes; ``--skip-merge``,
@@ -47,7 +47,7 @@ def bench_merge(n: int, repeat: int) -> list[dict]:
     itself is metadata) and ``two-sided`` (dest changed another 0.1% of rows, in another column: a
     three-way merge of the table)."""
     import trimerge
-    from trimerge.lineage.checkpasses import FOLDER
+    from trimerge.lineage.gates.checkpasses import FOLDER
     from trimerge.merge import merge
 
     repo = trimerge.Repository.init(str(fresh_dir(f"gates-merge-{n}")))
@@ -139,7 +139,7 @@ def bench_blame(n: int, commits: int, repeat: int) -> list[dict]:
 def blame_methods(repo, repeat: int, read, **kw) -> dict:
     """method (and ``read``: the baseline) -> (best seconds, result) of blaming table t, all
     alternating so load on the shared machine hits them alike; the methods must agree."""
-    from trimerge.lineage.blame import blame
+    from trimerge.lineage.gates.blame import blame
 
     runs = {"read": read, "auto": lambda: blame(repo, "t", **kw), "exact": lambda: blame(repo, "t", method="exact", **kw)}
     best: dict = {}

@@ -31,7 +31,7 @@ from common import WORK, fresh_dir, lineitem, print_table
 
 import lance
 import trimerge
-from trimerge.lineage import importing
+from trimerge.lineage.tables import importing
 
 SOURCE = WORK / "import-source-1g.lance"
 KEY = ["l_orderkey", "l_linenumber"]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from trimerge.lineage.graph import DictGraph, merge_bases
+from trimerge.lineage.history.graph import DictGraph, merge_bases
 
 GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 MAX_SCALE_RATIO = 1.5

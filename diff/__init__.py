@@ -7,7 +7,7 @@ from trimerge.lineage.errors import DiffVerificationError
 __all__ = ["Diff", "DiffCounts", "DiffPlan", "DiffVerificationError", "SchemaChange", "TableDiff", "classify", "diff",
            "parse_range"]
 
-from trimerge.lineage.boundary import guard_class as _guard_class, guarded as _guarded  # noqa: E402 - the API's edge
+from trimerge.lineage.safety.boundary import guard_class as _guard_class, guarded as _guarded  # noqa: E402 - the API's edge
 
 diff = _guarded(diff)
 # A diff's reads are lazy: a table file gc reclaims under rows() or counts() leaves them as a

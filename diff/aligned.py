@@ -25,7 +25,7 @@ from trimerge.diff.delta import changes_since, written_row_ids
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
 from trimerge.diff.reads import DENSE_TAKE_FRACTION, ROWID, scan_ids, take_all
 from trimerge.diff.spill import CandidateBuffer
-from trimerge.lineage import arrowtypes
+from trimerge.lineage.tables import arrowtypes
 
 #: Unmatched rows (both sides) a window may hold before the streams count as not lined up.
 WINDOW_ROWS = 1 << 20

@@ -12,7 +12,7 @@ from trimerge.diff.engine import DiffCounts, Progress, TableDiff
 from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit
-from trimerge.lineage.lazyimport import lazy_module
+from trimerge.lineage.storage.lazyimport import lazy_module
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.display import diff_html, diff_repr, table_diff_html, table_diff_repr
@@ -125,7 +125,7 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     falls back to the next exact one; ``TableDiff.plan.method`` says what ran). ``verify=True``
     (default: env ``TRIMERGE_VERIFY=1``) checks every table's rows against the brute-force diff
     (both sides read whole) and raises :class:`DiffVerificationError` on any difference."""
-    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.history.address import is_address, parse_address
     from trimerge.lineage.repository import Ref
 
     wanted = set(tables) if tables else None

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff.rules import ROWID, same_values
-from trimerge.lineage import arrowtypes
+from trimerge.lineage.tables import arrowtypes
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pyarrow as pa
 from trimerge.diff.images import BeforeImages
 from trimerge.diff.planner import Snapshot, set_minus
 from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, empty_with_row_ids, take_all
-from trimerge.lineage.fragments import RowIdSet
+from trimerge.lineage.tables.fragments import RowIdSet
 
 CREATED = "_row_created_at_version"
 UPDATED = "_row_last_updated_at_version"

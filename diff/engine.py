@@ -173,7 +173,7 @@ class TableDiff:
         if self.storage_status != "modified":
             return []
         if self._index_changes is None:
-            from trimerge.lineage.indices import list_indices
+            from trimerge.lineage.tables.indices import list_indices
 
             before, after = ({i.name: i for i in list_indices(s.ds, s.tv)}
                              for s in (self.before_snapshot, self.after_snapshot))
@@ -389,7 +389,7 @@ class TableDiff:
     def stale_rows(self) -> pa.Table:
         """Keys of updated rows whose derived columns did not change although an input they are
         computed from did (declarations of the after side: :meth:`Repository.set_derived`)."""
-        from trimerge.lineage.derived import as_dict, stale_in_diff
+        from trimerge.lineage.gates.derived import as_dict, stale_in_diff
 
         tv = self.after_snapshot.tv
         declared = as_dict(tv.derived) if tv is not None else {}

@@ -30,7 +30,7 @@ import pyarrow as pa
 from trimerge.diff.planner import Snapshot, set_minus
 from trimerge.diff.reads import ROWID, take, take_all
 from trimerge.diff.spill import ChangedRows
-from trimerge.lineage import arrowtypes
+from trimerge.lineage.tables import arrowtypes
 
 #: The after side's written rows whose keys are held to tell a moved key from a deleted one; past
 #: it, deleted rows are read whole (the keys of millions of rows cost more memory than the reads save).

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 
 from trimerge.diff.planner import PlanAssumptionError, Snapshot
-from trimerge.lineage.fragments import IdIndex, RowIdSet
+from trimerge.lineage.tables.fragments import IdIndex, RowIdSet
 
 ROWID = "_rowid"
 

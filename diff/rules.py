@@ -19,8 +19,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from trimerge.lineage import arrowtypes
-from trimerge.lineage.tables import plain_type
+from trimerge.lineage.tables import arrowtypes
+from trimerge.lineage.tables.conversion import plain_type
 
 ROWID = "_rowid"
 BEFORE_ROWID, AFTER_ROWID = "_before_rowid", "_after_rowid"

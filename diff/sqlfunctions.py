@@ -1,4 +1,4 @@
-"""The ``diff`` table function of ``repo.sql`` / ``trimerge sql`` (see :mod:`trimerge.lineage.sql`).
+"""The ``diff`` table function of ``repo.sql`` / ``trimerge sql`` (see :mod:`trimerge.lineage.tables.sql`).
 
 ``diff('<A>', '<B>', '<table>')`` compares the tips of A and B (as ``diff A B``), and
 ``diff('<A>...<B>', '<table>')`` or ``diff('<A>..<B>', '<table>')`` takes a range. Each row is

@@ -28,7 +28,7 @@ class TableVersion:
     Lance's manifest says which indices exist, but keeps only their trained result.
 
     ``derived`` declares derived columns: (column, the input columns it is computed from), sorted
-    (see :mod:`trimerge.lineage.derived`)."""
+    (see :mod:`trimerge.lineage.gates.derived`)."""
 
     dataset: str
     lance_branch: str
@@ -39,7 +39,7 @@ class TableVersion:
     index_params: tuple[tuple[str, str], ...] = ()
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Data checks on this table: (name, canonical JSON of {"sql", "gates"}), sorted
-    #: (see :mod:`trimerge.lineage.checks`).
+    #: (see :mod:`trimerge.lineage.gates.checks`).
     checks: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class TableNotFoundError(NotFoundError):
 
 
 class CheckNotFoundError(NotFoundError):
-    """No data check of that name (see :mod:`trimerge.lineage.checks`)."""
+    """No data check of that name (see :mod:`trimerge.lineage.gates.checks`)."""
 
 
 class AlreadyExistsError(TrimergeError):
@@ -100,7 +100,7 @@ class InvalidOperationError(TrimergeError, ValueError):
 
 class ProtectedBranchError(ReadOnlyRefError):
     """A direct write to a protected branch: change it by merging into it (see
-    :mod:`trimerge.lineage.protection`)."""
+    :mod:`trimerge.lineage.safety.protection`)."""
 
 
 class RepositoryNotFoundError(NotFoundError):
@@ -125,7 +125,7 @@ class StorageError(TrimergeError):
 
 class EnvironmentFailureError(StorageError, OSError):
     """The machine refused: a full disk, a quota, a read-only file system, permission denied, too
-    many open files, an I/O error (see :mod:`trimerge.lineage.boundary`). Still an ``OSError``
+    many open files, an I/O error (see :mod:`trimerge.lineage.safety.boundary`). Still an ``OSError``
     with the system's ``errno``; the message says what ran out, and nothing was published."""
 
     def __init__(self, message: str, code: int | None = None, filename: str | None = None,

@@ -14,12 +14,12 @@ Layout of a repository (a local directory or a prefix in a bucket)::
     _trimerge/gc/reclaimed.json               commits gc condemned (being reclaimed, or reclaimed)
     tables/<table>-<ulid>/                    one Lance dataset per table lineage, stable row ids
 
-This class is a facade: storage lives in :mod:`~trimerge.lineage.backends` and
-:mod:`~trimerge.lineage.documents`, commits in :mod:`~trimerge.lineage.commits`, refs and
-publishing in :mod:`~trimerge.lineage.refs`, Lance data in :mod:`~trimerge.lineage.tablestore`,
+This class is a facade: storage lives in :mod:`~trimerge.lineage.storage.backends` and
+:mod:`~trimerge.lineage.storage.documents`, commits in :mod:`~trimerge.lineage.history.commits`, refs and
+publishing in :mod:`~trimerge.lineage.history.refs`, Lance data in :mod:`~trimerge.lineage.tables.tablestore`,
 writes in :mod:`~trimerge.lineage.transaction` (one-commit shortcuts in
-:mod:`~trimerge.lineage.shortcuts`), repairs in :mod:`~trimerge.lineage.recovery` and
-garbage collection in :mod:`~trimerge.lineage.gc` (integrity checks in :mod:`~trimerge.lineage.fsck`).
+:mod:`~trimerge.lineage.tables.shortcuts`), repairs in :mod:`~trimerge.lineage.safety.recovery` and
+garbage collection in :mod:`~trimerge.lineage.safety.gc` (integrity checks in :mod:`~trimerge.lineage.safety.fsck`).
 """
 
 from __future__ import annotations
@@ -33,30 +33,30 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from ulid import ULID
 
-from trimerge.lineage.lazyimport import lazy_module
-from trimerge.lineage.reflog import ReflogEntry
-from trimerge.lineage.restore import RestoreResult
+from trimerge.lineage.storage.lazyimport import lazy_module
+from trimerge.lineage.history.reflog import ReflogEntry
+from trimerge.lineage.history.restore import RestoreResult
 
 if TYPE_CHECKING:
     import lance
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from trimerge.lineage import indices as indices_module
+    from trimerge.lineage.tables import indices as indices_module
     from trimerge.lineage import transaction as transaction_module
     from trimerge.lineage.transaction import Transaction
 else:  # what annotations name, imported on first use (typing.get_type_hints): startup stays light
     lance, pa, pc = lazy_module("lance"), lazy_module("pyarrow"), lazy_module("pyarrow.compute")
-    indices_module, transaction_module = lazy_module("trimerge.lineage.indices"), lazy_module("trimerge.lineage.transaction")
+    indices_module, transaction_module = lazy_module("trimerge.lineage.tables.indices"), lazy_module("trimerge.lineage.transaction")
 
-from trimerge.lineage import entities
-from trimerge.lineage import graph as graphalg
-from trimerge.lineage.address import Address, parse_address
-from trimerge.lineage.branches import BranchManager, TagManager
-from trimerge.lineage.checks import Checks
+from trimerge.lineage.history import entities
+from trimerge.lineage.history import graph as graphalg
+from trimerge.lineage.history.address import Address, parse_address
+from trimerge.lineage.history.branches import BranchManager, TagManager
+from trimerge.lineage.gates.checks import Checks
 from trimerge.lineage.commit import Commit, TableVersion, format_time
-from trimerge.lineage.commits import CommitStore
-from trimerge.lineage.documents import Documents
+from trimerge.lineage.history.commits import CommitStore
+from trimerge.lineage.storage.documents import Documents
 from trimerge.lineage.errors import (
     AlreadyExistsError,
     CorruptRepositoryError,
@@ -65,21 +65,21 @@ from trimerge.lineage.errors import (
     RepositoryNotFoundError,
     TableNotFoundError,
 )
-from trimerge.lineage.lease import Lease
-from trimerge.lineage.location import META_DIR, Location
-from trimerge.lineage.marker import REPO_DOC, read_marker, refuse_to_init
-from trimerge.lineage.filters import check_filter, plan_filter
-from trimerge.lineage.fsck import FsckReport, check_repository
-from trimerge.lineage.gc import Collector, GcReport, as_retention
-from trimerge.lineage.settings import Settings
-from trimerge.lineage.shortcuts import TableWrites
-from trimerge.lineage.retention import DeletionLog, ReclaimedCommits
-from trimerge.lineage.maintenance import MAINTENANCE
-from trimerge.lineage.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_addressable, is_internal_branch
-from trimerge.lineage.recovery import Recovery, RecoveryReport
-from trimerge.lineage.refexpr import resolve as resolve_expr
-from trimerge.lineage.refs import Branch, RefStore, Tag, encode_name, now
-from trimerge.lineage.tablestore import TableStore
+from trimerge.lineage.storage.lease import Lease
+from trimerge.lineage.storage.location import META_DIR, Location
+from trimerge.lineage.storage.marker import REPO_DOC, read_marker, refuse_to_init
+from trimerge.lineage.tables.filters import check_filter, plan_filter
+from trimerge.lineage.safety.fsck import FsckReport, check_repository
+from trimerge.lineage.safety.gc import Collector, GcReport, as_retention
+from trimerge.lineage.storage.settings import Settings
+from trimerge.lineage.tables.shortcuts import TableWrites
+from trimerge.lineage.safety.retention import DeletionLog, ReclaimedCommits
+from trimerge.lineage.tables.maintenance import MAINTENANCE
+from trimerge.lineage.history.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_addressable, is_internal_branch
+from trimerge.lineage.safety.recovery import Recovery, RecoveryReport
+from trimerge.lineage.history.refexpr import resolve as resolve_expr
+from trimerge.lineage.history.refs import Branch, RefStore, Tag, encode_name, now
+from trimerge.lineage.tables.tablestore import TableStore
 
 
 #: How long gc keeps the commits of a deleted branch or tag (git keeps unreachable objects 2 weeks).
@@ -110,7 +110,7 @@ def default_actor() -> str:
 
 
 class _RefNamespace:
-    """What ref expressions resolve against (see :func:`trimerge.lineage.refexpr.resolve`)."""
+    """What ref expressions resolve against (see :func:`trimerge.lineage.history.refexpr.resolve`)."""
 
     def __init__(self, repo: "Repository"):
         self.repo = repo
@@ -134,7 +134,7 @@ class _RefNamespace:
         return self.repo.commits.ids_with_prefix(prefix)
 
     def reflog_value(self, name: str, n: int) -> str:
-        """The commit ``name@{n}`` names (see :mod:`trimerge.lineage.reflog`)."""
+        """The commit ``name@{n}`` names (see :mod:`trimerge.lineage.history.reflog`)."""
         return self.repo.refs.reflog.nth(name, n, self.repo.reflog_current(name))
 
 
@@ -220,7 +220,7 @@ class Repository(TableWrites):
 
     @property
     def graph(self) -> CommitStore:
-        """The commit graph (parents, generation, created_at) for :mod:`trimerge.lineage.graph`."""
+        """The commit graph (parents, generation, created_at) for :mod:`trimerge.lineage.history.graph`."""
         return self.commits
 
     @staticmethod
@@ -270,8 +270,8 @@ class Repository(TableWrites):
     def reflog(self, ref: str | None = None, limit: int | None = None) -> list["ReflogEntry"]:
         """The moves of ``ref`` (a branch, or ``HEAD`` for switches; default: every ref), newest
         first: ref, old and new commit, actor, time, reason. ``NAME@{N}`` in a ref expression is
-        the N-th previous value of NAME (see :mod:`trimerge.lineage.reflog`)."""
-        from trimerge.lineage.reflog import list_entries
+        the N-th previous value of NAME (see :mod:`trimerge.lineage.history.reflog`)."""
+        from trimerge.lineage.history.reflog import list_entries
 
         return list_entries(self, ref, limit)
 
@@ -284,10 +284,10 @@ class Repository(TableWrites):
                 message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> "RestoreResult":
         """One commit on ``branch`` in which ``table`` equals its state at ``ref`` (rows, schema,
         indices), without copying data; dropped if it did not exist there, brought back if the
-        branch no longer has it (see :mod:`trimerge.lineage.restore`). The table keeps the data
+        branch no longer has it (see :mod:`trimerge.lineage.history.restore`). The table keeps the data
         checks and derived-column declarations it has on ``branch`` (a restore that cannot keep
         them is refused); ``keep_gates=False`` takes them from ``ref`` instead."""
-        from trimerge.lineage.restore import restore
+        from trimerge.lineage.history.restore import restore
 
         return restore(self, table, ref, branch=branch, actor=actor, message=message, dry_run=dry_run,
                        keep_gates=keep_gates)
@@ -427,8 +427,8 @@ class Repository(TableWrites):
     def sql(self, query: str, ref: str | None = None) -> pa.Table:
         """Run one read-only SQL query (DuckDB) over the tables at ``ref`` (default: the current
         branch): ``"t@REF"`` is table t at any other ref, and ``diff('A', 'B', 't')`` the rows that
-        changed between two refs (:mod:`trimerge.lineage.sql`)."""
-        from trimerge.lineage.sql import run_sql
+        changed between two refs (:mod:`trimerge.lineage.tables.sql`)."""
+        from trimerge.lineage.tables.sql import run_sql
 
         return run_sql(self, query, ref)
 
@@ -445,15 +445,15 @@ class Repository(TableWrites):
 
     @property
     def checks(self) -> Checks:
-        """Data checks, versioned with the tables and gating merges (:mod:`trimerge.lineage.checks`)."""
+        """Data checks, versioned with the tables and gating merges (:mod:`trimerge.lineage.gates.checks`)."""
         return Checks(self)
 
     def blame(self, table: str, *, ref: str | None = None, where: str | None = None,
               columns: Sequence[str] | None = None, method: str = "auto") -> pa.Table:
         """The last commit that changed each row (or each of ``columns``) of ``table`` at ``ref``
-        (:mod:`trimerge.lineage.blame`); ``method``: ``"auto"``, ``"images"`` (Lance's row-version
+        (:mod:`trimerge.lineage.gates.blame`); ``method``: ``"auto"``, ``"images"`` (Lance's row-version
         metadata along the first-parent chain) or ``"exact"`` (a keyed walk, the reference)."""
-        from trimerge.lineage.blame import blame
+        from trimerge.lineage.gates.blame import blame
 
         return blame(self, table, ref=ref, where=where, columns=columns, method=method)
 
@@ -505,7 +505,7 @@ class Repository(TableWrites):
         kept commit names (aborted writes, a transaction's intermediate versions), pins of deleted
         tags and stale temporary files. ``retention`` is a ``timedelta``, seconds, or text such as
         ``"7d"``, ``"12h"`` or ``"now"``. Safe beside writers in other processes (see
-        :mod:`trimerge.lineage.gc`); one gc runs at a time. ``warn`` hears about entries under
+        :mod:`trimerge.lineage.safety.gc`); one gc runs at a time. ``warn`` hears about entries under
         ``tables/`` that trimerge did not create (they are left alone)."""
         self.check_writable()
         self.recover()

@@ -3,8 +3,8 @@
 A transaction holds the branch's lease from ``begin`` until it publishes or aborts. Before its first
 physical effect on a Lance branch it records an *intent* (``intents/<ulid>.json``: which Lance
 branches it touches and, once known, the commit it will publish), so a crash at any point can be
-completed or rolled back by :mod:`trimerge.lineage.recovery`. Lance versions it writes are
-invisible until :func:`trimerge.lineage.refs.publish` swaps the branch document.
+completed or rolled back by :mod:`trimerge.lineage.safety.recovery`. Lance versions it writes are
+invisible until :func:`trimerge.lineage.history.refs.publish` swaps the branch document.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import pyarrow as pa
 from ulid import ULID
 
-from trimerge.lineage import derived, indices, keyed, maintenance
-from trimerge.lineage import tables as tbl
-from trimerge.lineage.boundary import guard_class
+from trimerge.lineage.gates import derived
+from trimerge.lineage.tables import indices
+from trimerge.lineage.tables import keyed
+from trimerge.lineage.tables import maintenance
+from trimerge.lineage.tables import conversion as tbl
+from trimerge.lineage.safety.boundary import guard_class
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
     AlreadyExistsError,
@@ -28,22 +31,22 @@ from trimerge.lineage.errors import (
     TableNotFoundError,
     TrimergeError,
 )
-from trimerge.lineage.faults import crashpoint
-from trimerge.lineage.filters import check_filter, plan_filter
-from trimerge.lineage.keyfilter import pinned_keys
-from trimerge.lineage.rowwrites import FragmentWrites
-from trimerge.lineage.lease import Lease
-from trimerge.lineage.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
-from trimerge.lineage.refs import Branch, now, publish
-from trimerge.lineage.recovery import intent_key
-from trimerge.lineage.protection import refuse_direct_write
+from trimerge.lineage.storage.faults import crashpoint
+from trimerge.lineage.tables.filters import check_filter, plan_filter
+from trimerge.lineage.tables.keyfilter import pinned_keys
+from trimerge.lineage.tables.rowwrites import FragmentWrites
+from trimerge.lineage.storage.lease import Lease
+from trimerge.lineage.history.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
+from trimerge.lineage.history.refs import Branch, now, publish
+from trimerge.lineage.safety.recovery import intent_key
+from trimerge.lineage.safety.protection import refuse_direct_write
 
 from trimerge.lineage.repository import Repository  # loaded first (trimerge imports it): no cycle
 
 if TYPE_CHECKING:
     import lance
 else:  # what annotations name, imported on first use (typing.get_type_hints)
-    from trimerge.lineage.lazyimport import lazy_module
+    from trimerge.lineage.storage.lazyimport import lazy_module
 
     lance = lazy_module("lance")
 
@@ -96,7 +99,7 @@ class Transaction(FragmentWrites):
         repo = self.repo
         if not is_branch_name(self.branch_name):
             self._refuse()
-        refuse_direct_write(self)  # a protected branch takes merges only (lineage/protection.py)
+        refuse_direct_write(self)  # a protected branch takes merges only (lineage/safety/protection.py)
         self._lock = repo.lock_branch(self.branch_name, f"transaction {self.ulid}")
         try:
             self._branch = repo.refs.branch(self.branch_name)  # read under the lease: the tip to build on
@@ -245,11 +248,11 @@ class Transaction(FragmentWrites):
                      storage_options: Mapping[str, str] | None = None,
                      progress: Callable[[str, str], None] | None = None) -> None:
         """Add table ``name`` referencing an existing Lance dataset's data files without copying
-        them (see :mod:`trimerge.lineage.importing`); the source is checked before any effect.
+        them (see :mod:`trimerge.lineage.tables.importing`); the source is checked before any effect.
         ``progress`` (the shape of ``diff(progress=)``) hears ``(name, "start")``, ``(name, "keys")``
         after each batch of up to 1,048,576 key rows checked, ``(name, "duplicates")`` before the
         duplicate check of keys not stored in order, ``(name, "clone")`` and ``(name, "done")``."""
-        from trimerge.lineage import importing
+        from trimerge.lineage.tables import importing
 
         pk = self._new_table(name, primary_key, "import")
         if storage_options is None and importing.same_store(source, self.repo.table_store):
@@ -317,9 +320,9 @@ class Transaction(FragmentWrites):
         """Change some columns of existing rows: ``data`` holds the key columns and the columns to
         change; the other columns keep their values. Every key must exist. ``write="auto"``: per
         fragment, the changed columns are written as a new column file, or the touched rows are
-        rewritten whole, whichever writes less (:mod:`trimerge.lineage.columnwrites`);
+        rewritten whole, whichever writes less (:mod:`trimerge.lineage.tables.columnwrites`);
         ``"columns"`` / ``"rows"`` force one way."""
-        from trimerge.lineage import columnwrites
+        from trimerge.lineage.tables import columnwrites
 
         self._require_open()
         tv = self._table(name)
@@ -406,7 +409,7 @@ class Transaction(FragmentWrites):
         or a table (pyarrow, polars, pandas) of key columns + new columns whose values fill the
         rows of those keys — only the new columns are written (other rows get nulls). Every key
         of such a table must be stored, once."""
-        from trimerge.lineage import columnwrites
+        from trimerge.lineage.tables import columnwrites
 
         self._require_open()
         tv = self._table(name)
@@ -435,7 +438,7 @@ class Transaction(FragmentWrites):
 
     def set_derived(self, table: str, column: str, inputs: Sequence[str] | None = None) -> None:
         """Declare ``column`` of ``table`` computed from ``inputs`` (None or []: no longer derived).
-        Versioned table state, merged three-way; see :mod:`trimerge.lineage.derived`."""
+        Versioned table state, merged three-way; see :mod:`trimerge.lineage.gates.derived`."""
         self._require_open()
         tv = self._table(table)
         derived.declare(self, table, derived.checked(table, self.dataset(table).schema.names, tv.primary_key,
@@ -496,7 +499,7 @@ class Transaction(FragmentWrites):
         if progress is not None:
             progress(table, "done")
 
-    # -- the narrow interface of index and upkeep operations (trimerge.lineage.indices.TableWriter)
+    # -- the narrow interface of index and upkeep operations (trimerge.lineage.tables.indices.TableWriter)
     def dataset(self, table: str) -> "lance.LanceDataset":
         """``table`` as this transaction has it so far (read-only use)."""
         return self.repo.table_store.open_version(self._table(table))
@@ -566,7 +569,7 @@ class Transaction(FragmentWrites):
             # The planned commit in the intent and the commit object: both before the branch moves.
             repo.docs.together(lambda: self._save_intent(commit), lambda: repo.commits.put(commit))
             crashpoint("intent_planned")
-            repo.reclaimed.check(self._refers)  # after the intent names them: see trimerge.lineage.gc
+            repo.reclaimed.check(self._refers)  # after the intent names them: see trimerge.lineage.safety.gc
             crashpoint("before_publish")
             publish(repo.commits, repo.refs, self._branch, commit, stored=True)
             crashpoint("after_publish")
@@ -604,4 +607,4 @@ class Transaction(FragmentWrites):
                 lock.release(untouched=untouched)
 
 
-guard_class(Transaction, extra=("__enter__", "__exit__"))  # the API's edge (lineage/boundary.py)
+guard_class(Transaction, extra=("__enter__", "__exit__"))  # the API's edge (lineage/safety/boundary.py)

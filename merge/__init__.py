@@ -16,7 +16,7 @@ from trimerge.merge.rebase import RebaseCheckError, RebaseConflictError, RebaseR
 __all__ = ["Conflict", "MergeBaseError", "MergeCheckError", "MergeConflictError", "MergeResult", "RebaseCheckError", "RebaseConflictError", "RebaseResult",
            "TableMergeStats", "cherry_pick", "merge", "rebase", "revert"]
 
-from trimerge.lineage.boundary import guarded as _guarded  # noqa: E402 - the API's edge
+from trimerge.lineage.safety.boundary import guarded as _guarded  # noqa: E402 - the API's edge
 
 merge = _guarded(merge)
 revert = _guarded(revert)

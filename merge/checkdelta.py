@@ -1,15 +1,15 @@
 """The checks of a gated merge, run on the rows the merge wrote where that gives the same verdict.
 
-A row-local check (:mod:`trimerge.lineage.checkscope`) fails a table exactly where some row
+A row-local check (:mod:`trimerge.lineage.gates.checkscope`) fails a table exactly where some row
 fails it on its own. If it passed on the whole table at a version ``p``
-(:mod:`trimerge.lineage.checkpasses`), and the result descends from ``p`` by row-level writes
+(:mod:`trimerge.lineage.gates.checkpasses`), and the result descends from ``p`` by row-level writes
 only (``TableVersion.delta_since``), every row the result did not insert or update since ``p``
 is a row that passed — same values, same stable row id (Lance's row-version metadata names every
 row written since ``p``: :func:`trimerge.diff.delta.changes_since`). So the check's failing rows
 on the result are its failing rows among the rows written since ``p``: same count, same first
 keys. Deleted rows cannot fail anything.
 
-Everything else runs on the whole result, as :func:`trimerge.lineage.checks.run_all` does: a check
+Everything else runs on the whole result, as :func:`trimerge.lineage.gates.checks.run_all` does: a check
 that is not row-local; no passing version on the result's Lance lineage, or none Lance can read a
 delta from (cleaned up, a restore, an overwrite or a dropped or retyped column in between, no
 stable row ids); a schema other than the passing version's; and — because those rows are read
@@ -30,9 +30,9 @@ import pyarrow as pa
 from trimerge.diff.delta import changes_since, written_fragments
 from trimerge.diff.planner import Snapshot
 from trimerge.diff.reads import ROWID
-from trimerge.lineage.checkpasses import CheckPasses
-from trimerge.lineage.checks import Check, CheckResult, run_each
-from trimerge.lineage.checkscope import row_local
+from trimerge.lineage.gates.checkpasses import CheckPasses
+from trimerge.lineage.gates.checks import Check, CheckResult, run_each
+from trimerge.lineage.gates.checkscope import row_local
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TrimergeError
 

@@ -25,7 +25,7 @@ from typing import Sequence
 import polars as pl
 import pyarrow as pa
 
-from trimerge.lineage import arrowtypes
+from trimerge.lineage.tables import arrowtypes
 from trimerge.diff.rules import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from trimerge.diff.engine import Progress
 from trimerge.diff.verify import verify_requested
 from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.derived import check_on_stale
+from trimerge.lineage.gates.derived import check_on_stale
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
 from trimerge.merge.gates import Gate, merge_checks
@@ -219,7 +219,7 @@ def started_empty(repo: Repository, parent: Commit, commit: Commit) -> bool:
 
 
 def stale_keys(plans: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per table, the keys of the stale rows the fold reported (see trimerge.lineage.derived), in
+    """Per table, the keys of the stale rows the fold reported (see trimerge.lineage.gates.derived), in
     key order (buckets and Spark partitions fold in other orders)."""
     out = {}
     for name, plan in sorted(plans.items()):

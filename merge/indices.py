@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from trimerge.lineage.indices import KEY_INDEX, list_indices
-from trimerge.lineage.threeway import merge_by_name
+from trimerge.lineage.tables.indices import KEY_INDEX, list_indices
+from trimerge.lineage.history.threeway import merge_by_name
 from trimerge.merge.resolve import BASE, THEIRS
 from trimerge.merge.result import Conflict
 
@@ -26,7 +26,7 @@ def definitions(open_version: Callable[[Any], Any], tv: Any) -> dict[str, tuple]
     """Name -> definition of the indices of a table version (none for a missing table)."""
     if tv is None:
         return {}
-    # The key index is upkeep's (see trimerge.lineage.keyed), not a definition a merge carries.
+    # The key index is upkeep's (see trimerge.lineage.tables.keyed), not a definition a merge carries.
     return {i.name: i.definition for i in list_indices(open_version(tv), tv) if i.name != KEY_INDEX}
 
 

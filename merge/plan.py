@@ -22,8 +22,8 @@ from trimerge.diff.planner import Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.reads import RowCache
 from trimerge.diff.spill import SPILL_BUCKETS, CandidateBuffer, ordered_map, split_by_bucket
 from trimerge.diff.verify import verify_requested
-from trimerge.lineage import arrowtypes
-from trimerge.lineage import derived as derived_decl
+from trimerge.lineage.tables import arrowtypes
+from trimerge.lineage.gates import derived as derived_decl
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError
 from trimerge.lineage.repository import Repository

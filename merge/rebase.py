@@ -3,14 +3,14 @@
 Each commit on ``branch`` since its merge base with ``onto`` (first-parent order) is replayed as a
 cherry-pick (:func:`trimerge.merge.cherry_pick`), keeping its message, actor and metadata and
 recording the id it was replayed from (``rebase.replayed_from``). The replays are built off to the
-side, on a hidden temporary branch (:mod:`trimerge.lineage.temporaries`) that starts at ``onto``;
+side, on a hidden temporary branch (:mod:`trimerge.lineage.safety.temporaries`) that starts at ``onto``;
 only when every one of them succeeded does ``branch`` move — one compare-and-swap under its
 lease, recorded in the reflog first — so a crash leaves it either where it was or rebased, never between, and
 ``trimerge branch reset BRANCH BRANCH@{1}`` undoes a rebase. A conflict in any replay (after
 strategies and resolutions) publishes nothing and names the commit being replayed. A temporary
 branch left by a crash is removed by the next read-write open or rebase.
 
-Data checks that gate ``branch`` (:mod:`trimerge.lineage.checks`) run on the rebased result — the
+Data checks that gate ``branch`` (:mod:`trimerge.lineage.gates.checks`) run on the rebased result — the
 last replay, still on the temporary branch — before ``branch`` moves, as a merge's checks run
 before it publishes: a failing check raises :class:`RebaseCheckError` and nothing moves;
 ``checks=False`` skips them and the reflog entry of the move says so.
@@ -23,14 +23,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from trimerge.lineage.checks import TIMEOUT_SETTING, CheckResult, judging
+from trimerge.lineage.gates.checks import TIMEOUT_SETTING, CheckResult, judging
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
-from trimerge.lineage.faults import crashpoint
-from trimerge.lineage.protection import Protection, refuse
+from trimerge.lineage.storage.faults import crashpoint
+from trimerge.lineage.safety.protection import Protection, refuse
 from trimerge.lineage.repository import Repository
-from trimerge.lineage.temporaries import TemporaryBranch
-from trimerge.lineage.temporaries import sweep as sweep_temporaries
+from trimerge.lineage.safety.temporaries import TemporaryBranch
+from trimerge.lineage.safety.temporaries import sweep as sweep_temporaries
 from trimerge.merge.checkdelta import run_gated
 from trimerge.merge.engine import cherry_pick
 from trimerge.merge.result import Conflict, MergeCheckError, MergeConflictError, MergeResult
@@ -136,7 +136,7 @@ def _split_resolutions(resolutions: Any, commits: list[Commit]) -> dict[str, Any
     ``commit`` column, the table serves a single replay."""
     if resolutions is None:
         return {}
-    from trimerge.lineage.tables import to_arrow
+    from trimerge.lineage.tables.conversion import to_arrow
 
     table = resolutions if isinstance(resolutions, pa.Table) else to_arrow(resolutions)
     if "commit" not in table.column_names:
@@ -199,7 +199,7 @@ def rebase(branch: str | None, onto: str, *, repo: Repository, strategy: Any = N
     temp = TemporaryBranch(repo, "rebase", f"rebase of {name}")
     try:
         temp.create(target.id)  # until remove(), the replays may cherry-pick onto it
-        repo.reclaimed.check([target.id])  # after the ref names it: see trimerge.lineage.gc
+        repo.reclaimed.check([target.id])  # after the ref names it: see trimerge.lineage.safety.gc
         for commit in todo:
             crashpoint("rebase_replay")
             try:

@@ -56,7 +56,7 @@ RULES = {
 
 
 def check_line(c) -> str:
-    """One line for a check run (``trimerge.lineage.checks.CheckResult``)."""
+    """One line for a check run (``trimerge.lineage.gates.checks.CheckResult``)."""
     return c.describe()
 
 

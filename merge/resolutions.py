@@ -64,7 +64,7 @@ class Resolutions:
         """From a pyarrow Table, a polars/pandas DataFrame, or None (no resolutions)."""
         if data is None:
             return cls()
-        from trimerge.lineage.tables import to_arrow
+        from trimerge.lineage.tables.conversion import to_arrow
 
         table = data if isinstance(data, pa.Table) else to_arrow(data)
         missing = [c for c in REQUIRED if c not in table.column_names]
@@ -185,7 +185,7 @@ def check_writable(path: str) -> None:
 def write_tables(tables: Iterable[pa.Table], path: str) -> None:
     """Write conflicts tables one after the other into one file (Parquet, CSV or JSON lines); a
     failure to write (a full disk) is one :class:`EnvironmentFailureError` naming the file."""
-    from trimerge.lineage.boundary import describe, environment_failure
+    from trimerge.lineage.safety.boundary import describe, environment_failure
 
     try:
         _write_tables(tables, path)

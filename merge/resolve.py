@@ -44,7 +44,7 @@ class Resolver:
         # (git's virtual base keeps an empty file there), so that a later delete of it conflicts.
         self.virtual_base = virtual_base
         # Rows a merge would leave with a derived value and inputs from different sides:
-        # "report" them, or make them "conflict"s (trimerge.lineage.derived).
+        # "report" them, or make them "conflict"s (trimerge.lineage.gates.derived).
         self.on_stale = on_stale
 
     @property

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
 import pyarrow as pa
 
-from trimerge.lineage.lazyimport import lazy_module
+from trimerge.lineage.storage.lazyimport import lazy_module
 
 if TYPE_CHECKING:
     import polars as pl
@@ -21,7 +21,7 @@ else:  # what annotations name, imported on first use (typing.get_type_hints)
 
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import InvalidOperationError, TrimergeError
-from trimerge.lineage.jsonvalues import jsonable as jsonable  # used here, and by reports
+from trimerge.lineage.storage.jsonvalues import jsonable as jsonable  # used here, and by reports
 
 Strategy = Literal["source-wins", "dest-wins"]
 Granularity = Literal["cell", "row", "table"]
@@ -166,7 +166,7 @@ class MergeResult:
     granularity: str = "cell"
     virtual_base: bool = False  # several merge bases were merged into a virtual one first
     #: Per table, the keys of rows whose derived column's value comes from one side while an input
-    #: it is computed from comes from the other's change (see trimerge.lineage.derived); with
+    #: it is computed from comes from the other's change (see trimerge.lineage.gates.derived); with
     #: ``on_stale="conflict"`` they are ``row.stale_derived`` conflicts instead.
     stale: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: One entry per data check run on the result (``name``, ``table``, ``failing_rows``,

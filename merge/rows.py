@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.diff.rules import same_values
-from trimerge.lineage.derived import stale_mask
+from trimerge.lineage.gates.derived import stale_mask
 from trimerge.merge.classify import (CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, STALE, UPDATE_UPDATE, Classified,
                                      col, struct_fields)
 from trimerge.merge.edits import RowSpool, TablePlan, conform_rows

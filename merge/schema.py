@@ -14,7 +14,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from trimerge.lineage.tables import is_widening, plain_type
+from trimerge.lineage.tables.conversion import is_widening, plain_type
 from trimerge.merge.resolve import BASE, THEIRS
 from trimerge.merge.result import Conflict
 

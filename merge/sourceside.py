@@ -37,10 +37,10 @@ import pyarrow.compute as pc
 from trimerge.diff.engine import TableDiff
 from trimerge.diff.reads import SCAN_OPTIONS
 from trimerge.diff.rules import classify as classify_diff
-from trimerge.lineage import arrowtypes
+from trimerge.lineage.tables import arrowtypes
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.memory import release_freed_memory
-from trimerge.lineage.tables import rows_with_keys
+from trimerge.lineage.storage.memory import release_freed_memory
+from trimerge.lineage.tables.conversion import rows_with_keys
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan, conform_rows
 from trimerge.merge.resolve import Resolver

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from trimerge.lineage.fragments import WriteTarget
+from trimerge.lineage.tables.fragments import WriteTarget
 
 if TYPE_CHECKING:
     from trimerge.diff.engine import TableDiff
@@ -112,8 +112,8 @@ def write_rows(spec: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Re
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lance.fragment import write_fragments
 
-        from trimerge.lineage.fragments import fragment_json
-        from trimerge.lineage.tables import check_primary_key, conform
+        from trimerge.lineage.tables.fragments import fragment_json
+        from trimerge.lineage.tables.conversion import check_primary_key, conform
 
         target_text, key, what = json.loads(spec)
         ds = WriteTarget.from_json(target_text).open()
@@ -139,7 +139,7 @@ def row_addresses(spec: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
     (fragment, offsets)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from trimerge.lineage.fragments import row_offsets
+        from trimerge.lineage.tables.fragments import row_offsets
 
         target_text, key, what = json.loads(spec)
         ds = WriteTarget.from_json(target_text).open()
@@ -162,7 +162,7 @@ def delete_rows(spec: str) -> Callable[[pa.Table], pa.Table]:
     def run(group: pa.Table) -> pa.Table:
         import numpy as np
 
-        from trimerge.lineage.fragments import delete_offsets, fragment_json
+        from trimerge.lineage.tables.fragments import delete_offsets, fragment_json
 
         target_text, _key, _what = json.loads(spec)
         ds = WriteTarget.from_json(target_text).open()
@@ -268,7 +268,7 @@ class SparkFold:
         from pyspark.sql import functions as F
 
         from trimerge.diff.spark import small_jobs
-        from trimerge.lineage.fragments import fragments_from_json
+        from trimerge.lineage.tables.fragments import fragments_from_json
 
         if not self.writes:
             return

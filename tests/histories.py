@@ -41,7 +41,7 @@ EXTRA_COLUMNS = [("x", pa.int64()), ("y", pa.string())]
 WIDER = {pa.int8(): pa.int16(), pa.int16(): pa.int32(), pa.int32(): pa.int64(), pa.float32(): pa.float64(),
          pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
 STRATEGIES = ("source-wins", "dest-wins")
-WRITES = ("auto", "columns", "rows")  # how updates write (trimerge.lineage.columnwrites)
+WRITES = ("auto", "columns", "rows")  # how updates write (trimerge.lineage.tables.columnwrites)
 
 # Each kind once per line; weights by repetition.
 KINDS = (["upsert"] * 4 + ["update"] * 2 + ["delete"] * 2 + ["delete_keys", "append", "overwrite", "rewrite",

@@ -1,4 +1,4 @@
-"""Addresses ``[REPOSITORY::]REF::TABLE`` (lineage/address.py) and reading through them."""
+"""Addresses ``[REPOSITORY::]REF::TABLE`` (lineage/history/address.py) and reading through them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import trimerge
 from trimerge import Address, parse_address
-from trimerge.lineage.address import is_address
+from trimerge.lineage.history.address import is_address
 from trimerge.lineage.errors import (
     InvalidOperationError,
     RefNotFoundError,

@@ -1,4 +1,4 @@
-"""Blame (lineage/blame.py) against a brute-force walk of the history on random histories, plus
+"""Blame (lineage/gates/blame.py) against a brute-force walk of the history on random histories, plus
 its API, CLI and bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Blame from the chain's row images (lineage/blame_images.py) gives what the exact walk gives
+"""Blame from the chain's row images (lineage/gates/blame_images.py) gives what the exact walk gives
 (``method="exact"``: keyed lookups only) on random histories of every kind of write, and on
 histories built to hit each fallback: no-op writes, a key deleted and brought back with its old
 values, column writes, compaction, merges on the chain and restores."""
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import trimerge
-from trimerge.lineage import blame_images
-from trimerge.lineage.blame import blame
+from trimerge.lineage.gates import blame_images
+from trimerge.lineage.gates.blame import blame
 from trimerge.merge import merge
 
 from histories import HistoryBuilder, random_operations

@@ -19,7 +19,7 @@ from trimerge.lineage.errors import (
     ReadOnlyRefError,
     TagNotFoundError,
 )
-from trimerge.lineage.names import SCHEMA_LOCK_BRANCH
+from trimerge.lineage.history.names import SCHEMA_LOCK_BRANCH
 
 from conftest import AIRLINES, T, all_lance_branches, as_map, lance_branches, lance_tags, rows
 

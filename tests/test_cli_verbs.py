@@ -12,7 +12,7 @@ import pytest
 
 import trimerge
 from trimerge.diff import diff, writers
-from trimerge.lineage.graphlayout import graph_lines
+from trimerge.lineage.history.graphlayout import graph_lines
 
 from conftest import T
 

@@ -155,7 +155,7 @@ def test_a_dependency_panic_is_an_internal_trimerge_error():
 
     import polars as pl
 
-    from trimerge.lineage.boundary import guarded
+    from trimerge.lineage.safety.boundary import guarded
 
     @guarded
     def panics():

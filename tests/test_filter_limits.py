@@ -1,4 +1,4 @@
-"""The filter guard (trimerge.lineage.filters) against every operator kind, depth and width.
+"""The filter guard (trimerge.lineage.tables.filters) against every operator kind, depth and width.
 
 In-process: each kind at its limit passes, one step past is refused with one line; hypothesis
 mixes kinds, depths and widths and the guard answers every one with a result or one clear line.
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.filters import (
+from trimerge.lineage.tables.filters import (
     MAX_FILTER_DEPTH,
     MAX_FILTER_NESTING,
     MAX_FILTER_TERMS,

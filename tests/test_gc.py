@@ -1,7 +1,7 @@
 """gc: what it keeps, what it reclaims, and that no interleaving with writers loses reachable data.
 
 Deterministic interleavings run an action at each step of gc (and gc at each step of an action)
-through :func:`trimerge.lineage.faults.at`; racing processes run gc in a loop beside writers.
+through :func:`trimerge.lineage.storage.faults.at`; racing processes run gc in a loop beside writers.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 import trimerge
 from trimerge.lineage.errors import ConcurrentWriteError, DataReclaimedError, TrimergeError
-from trimerge.lineage.faults import at
-from trimerge.lineage.refs import now
+from trimerge.lineage.storage.faults import at
+from trimerge.lineage.history.refs import now
 from trimerge.merge import cherry_pick, merge
 
 from conftest import T

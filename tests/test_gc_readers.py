@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import trimerge
-from trimerge.lineage.tablestore import TableStore
+from trimerge.lineage.tables.tablestore import TableStore
 
 WORKER = r"""
 import json, os, sys, time, traceback

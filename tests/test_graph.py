@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trimerge.lineage.errors import AmbiguousRefError, NoSuchAncestorError, RefNotFoundError, RefSyntaxError
-from trimerge.lineage.graph import (
+from trimerge.lineage.history.graph import (
     DictGraph,
     independent,
     is_ancestor,
@@ -22,7 +22,7 @@ from trimerge.lineage.graph import (
     octopus_merge_bases,
     shortest_unique_prefix,
 )
-from trimerge.lineage.refexpr import Step, apply_steps, resolve, resolve_base
+from trimerge.lineage.history.refexpr import Step, apply_steps, resolve, resolve_base
 
 
 class CountingGraph:

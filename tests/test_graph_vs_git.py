@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trimerge.lineage.errors import NoSuchAncestorError
-from trimerge.lineage.graph import (
+from trimerge.lineage.history.graph import (
     DictGraph,
     independent,
     is_ancestor,
@@ -25,7 +25,7 @@ from trimerge.lineage.graph import (
     octopus_merge_bases,
     shortest_unique_prefix,
 )
-from trimerge.lineage.refexpr import resolve
+from trimerge.lineage.history.refexpr import resolve
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git executable not found on PATH")
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trimerge
-from trimerge.lineage import faults
+from trimerge.lineage.storage import faults
 from trimerge.lineage.errors import (BranchNotFoundError, InvalidOperationError, RefNotFoundError,
                                      TableNotFoundError, TrimergeError)
 from trimerge.merge import merge, rebase

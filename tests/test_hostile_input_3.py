@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import trimerge
 from trimerge.cli import cli as trimerge_cli
-from trimerge.lineage.checks import Check, as_record
+from trimerge.lineage.gates.checks import Check, as_record
 from trimerge.lineage.errors import InvalidNameError, InvalidOperationError
 from trimerge.merge import MergeCheckError, merge
 
@@ -340,7 +340,7 @@ def test_gc_never_removes_a_file_a_version_names(items_repo):
 
 
 def test_orphans_on_every_backend(repo_uri, monkeypatch):
-    from trimerge.lineage import gc as gc_module
+    from trimerge.lineage.safety import gc as gc_module
 
     uri, options = repo_uri
     repo = trimerge.Repository.init(uri, storage_options=options)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import trimerge
 from trimerge.diff import diff
-from trimerge.lineage import importing
+from trimerge.lineage.tables import importing
 from trimerge.lineage.errors import InvalidOperationError, NotFoundError, PrimaryKeyError
 from trimerge.merge import merge
 
@@ -515,7 +515,7 @@ def test_fsck_accepts_an_imported_table(tmp_path, source):
 # ---------------------------------------------------------------------------------------------- S3
 @pytest.mark.s3
 def test_import_from_s3_into_an_s3_repository(s3_server, s3_uri, tmp_path):
-    from trimerge.lineage.location import Location
+    from trimerge.lineage.storage.location import Location
 
     uri, options = s3_uri
     src = uri.rsplit("/", 1)[0] + "/source.lance"

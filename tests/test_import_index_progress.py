@@ -17,7 +17,7 @@ import pytest
 
 import trimerge
 from trimerge.cli.diffs import DelayedProgress
-from trimerge.lineage import importing
+from trimerge.lineage.tables import importing
 from trimerge.lineage.errors import PrimaryKeyError
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import trimerge
-from trimerge.lineage.checkscope import row_local
+from trimerge.lineage.gates.checkscope import row_local
 from trimerge.merge import MergeCheckError, merge
 
 SCHEMA = pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.float64()), ("s", pa.string())])

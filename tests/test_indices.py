@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 
 import trimerge
 from trimerge.diff import diff
-from trimerge.lineage import tables as tbl
+from trimerge.lineage.tables import conversion as tbl
 from trimerge.lineage.errors import (
     AlreadyExistsError,
     InvalidOperationError,

@@ -13,7 +13,7 @@ import pytest
 import trimerge
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import CorruptRepositoryError, InvalidOperationError
-from trimerge.lineage.refs import publish
+from trimerge.lineage.history.refs import publish
 
 from conftest import T, run_python
 
@@ -124,7 +124,7 @@ def test_a_transient_error_during_recovery_keeps_the_note_for_later(small, monke
     res = run_python(CRASHING_WRITER, small.uri, env={"TRIMERGE_CRASH_AT": "after_write_1"})
     assert res.returncode == -9
     assert len(list(meta(small, "intents").glob("*.json"))) == 1
-    from trimerge.lineage.tablestore import TableStore
+    from trimerge.lineage.tables.tablestore import TableStore
 
     def disk_full(self, tv):
         raise OSError(errno.ENOSPC, "No space left on device")

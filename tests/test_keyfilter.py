@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trimerge
-from trimerge.lineage import keyed
-from trimerge.lineage.keyfilter import pinned_keys
+from trimerge.lineage.tables import keyed
+from trimerge.lineage.tables.keyfilter import pinned_keys
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("v", pa.float64())])
 

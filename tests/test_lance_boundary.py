@@ -223,7 +223,7 @@ def test_a_routed_write_is_quiet(fresh):
 @pytest.mark.xfail(strict=True, reason=(
     "pylance 14 / LanceDB 0.40: a namespace that refuses create_table_version cannot make Lance "
     "quiet or pass its message on — Lance logs two WARN lines and raises 'Commit result ... is "
-    "unknown' whatever the namespace raises (see lineage/namespace_refs.py)"))
+    "unknown' whatever the namespace raises (see lineage/tables/served.py)"))
 def test_a_refused_write_is_one_readable_error_without_warn_lines(fresh):
     out = _run(REFUSE_SCRIPT, fresh.uri)
     assert "REFUSED:" in out.stdout and "trimerge" in out.stdout
@@ -313,7 +313,7 @@ def test_a_branch_that_has_not_written_the_table_gets_its_own_copy_on_the_first_
 
 
 def test_pinned_locations_of_states_no_commit_has_are_stale(fresh):
-    from trimerge.lineage.namespace_refs import stale_pinned_locations
+    from trimerge.lineage.tables.served import stale_pinned_locations
 
     for ref in ("feat", "feat~1"):
         lancedb.connect_namespace("trimerge", {"root": fresh.uri, "ref": ref}).open_table("items").to_arrow()

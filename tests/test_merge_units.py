@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from trimerge.lineage.graph import DictGraph, merge_bases
+from trimerge.lineage.history.graph import DictGraph, merge_bases
 from trimerge.merge.classify import CELLS, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, classify
 from trimerge.merge.schema import merge_schema
 from trimerge.merge.virtual_base import WithVirtualCommits

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from trimerge.lineage.backends import LocalBackend, MemoryBackend
-from trimerge.lineage.documents import NONCE, Documents
+from trimerge.lineage.storage.backends import LocalBackend, MemoryBackend
+from trimerge.lineage.storage.documents import NONCE, Documents
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
-from trimerge.lineage.lease import Holder, Lease
+from trimerge.lineage.storage.lease import Holder, Lease
 
 
 @pytest.fixture(params=["memory", "local"])

@@ -1,4 +1,4 @@
-"""Branch, tag and table name validation (lineage/names.py), and that valid names really work."""
+"""Branch, tag and table name validation (lineage/history/names.py), and that valid names really work."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import trimerge
 from trimerge.lineage.errors import InvalidNameError, TrimergeError
-from trimerge.lineage.names import (
+from trimerge.lineage.history.names import (
     RESERVED_SEGMENTS,
     SCHEMA_LOCK_BRANCH,
     validate_branch_name,

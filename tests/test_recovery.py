@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import trimerge
-from trimerge.lineage import tables as tbl
+from trimerge.lineage.tables import conversion as tbl
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
-from trimerge.lineage.lease import HOSTNAME, Holder
+from trimerge.lineage.storage.lease import HOSTNAME, Holder
 
 from conftest import T, all_lance_branches, rows, run_python
 
@@ -445,7 +445,7 @@ def test_kill_while_building_a_virtual_base_drops_its_forks_on_the_next_open(tmp
 
 
 def test_gc_leaves_the_lease_of_a_live_scratch_alone(tmp_path):
-    from trimerge.lineage.scratch import ScratchTransaction
+    from trimerge.lineage.tables.scratch import ScratchTransaction
 
     repo = _criss_cross(tmp_path / "repo")
     tip = repo.resolve("main")

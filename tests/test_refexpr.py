@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trimerge.lineage.errors import RefSyntaxError
-from trimerge.lineage.refexpr import RefExpr, Step, parse_ref_expr
+from trimerge.lineage.history.refexpr import RefExpr, Step, parse_ref_expr
 
 
 def steps(*pairs: tuple[str, int]) -> tuple[Step, ...]:

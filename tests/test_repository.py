@@ -553,7 +553,7 @@ def _sample(t: pa.DataType) -> pa.Array:
 
 
 def _widening_cases():
-    from trimerge.lineage.tables import _WIDENINGS
+    from trimerge.lineage.tables.conversion import _WIDENINGS
 
     for old, news in _WIDENINGS.items():
         for new in sorted(news, key=str):

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trimerge.lineage.fragments import IdIndex, RowIdSet
-from trimerge.lineage.memory import release_freed_memory
+from trimerge.lineage.tables.fragments import IdIndex, RowIdSet
+from trimerge.lineage.storage.memory import release_freed_memory
 
 ids_lists = st.lists(st.integers(0, 5000), unique=True, max_size=400)
 

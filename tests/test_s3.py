@@ -10,10 +10,10 @@ import time
 import pytest
 
 import trimerge
-from trimerge.lineage.backends import ObjectStoreBackend
-from trimerge.lineage.documents import Documents
+from trimerge.lineage.storage.backends import ObjectStoreBackend
+from trimerge.lineage.storage.documents import Documents
 from trimerge.lineage.errors import StorageError, TrimergeError
-from trimerge.lineage.location import Location
+from trimerge.lineage.storage.location import Location
 
 from conftest import T, run_python, run_trimerge_subprocess
 from test_metastore import check_backend_contract

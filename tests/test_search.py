@@ -10,7 +10,7 @@ import pytest
 
 from trimerge.lineage.errors import InvalidOperationError, SchemaMismatchError, TableNotFoundError
 from trimerge.lineage.repository import Repository
-from trimerge.lineage.search import DEFAULT_REFINE_FACTOR, MAX_K
+from trimerge.lineage.tables.search import DEFAULT_REFINE_FACTOR, MAX_K
 
 N, DIM = 400, 8
 WORDS = ["apple", "banana", "cherry", "walnut", "mango", "papaya"]

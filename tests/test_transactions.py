@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trimerge
-from trimerge.lineage import tables as tbl
+from trimerge.lineage.tables import conversion as tbl
 from trimerge.lineage.errors import InvalidOperationError, PrimaryKeyError, SchemaMismatchError, TableNotFoundError
 
 from conftest import AIRLINES, T, all_lance_branches, as_map, lance_branches, rows

@@ -13,9 +13,9 @@ import pytest
 
 import trimerge
 from trimerge.lineage.errors import InvalidNameError, InvalidOperationError
-from trimerge.lineage.lease import Holder
-from trimerge.lineage.names import SCHEMA_LOCK_BRANCH
-from trimerge.lineage.refs import Branch, now
+from trimerge.lineage.storage.lease import Holder
+from trimerge.lineage.history.names import SCHEMA_LOCK_BRANCH
+from trimerge.lineage.history.refs import Branch, now
 from trimerge.merge import merge, rebase
 from trimerge.merge.result import MergeCheckError
 
@@ -81,7 +81,7 @@ def test_the_internal_name_space_cannot_be_created_by_users(tmp_path, name, cli)
 def test_a_rebase_leaves_no_temporary_branch_or_lease(tmp_path):
     repo = with_feature(tmp_path)
     seen = []
-    from trimerge.lineage import faults
+    from trimerge.lineage.storage import faults
 
     with faults.at("rebase_replayed", lambda: seen.append(repo.branches.names())):
         rebase("feat", "main", repo=repo)
@@ -141,7 +141,7 @@ def test_an_older_versions_leftover_goes_only_when_its_rebase_record_proves_it(t
 def test_a_live_rebase_temporary_is_never_swept(tmp_path):
     """Another process's rebase in flight: a read-write open beside it leaves its branch alone."""
     repo = with_feature(tmp_path)
-    from trimerge.lineage import faults
+    from trimerge.lineage.storage import faults
 
     seen = []
 

@@ -54,7 +54,7 @@ def public_callables() -> list[tuple[str, object]]:
                 add(f"{module.__name__}.{name}", obj)
             elif inspect.isclass(obj) and not issubclass(obj, BaseException):
                 repo_types.append(obj)
-    from trimerge.lineage.branches import BranchManager, TagManager
+    from trimerge.lineage.history.branches import BranchManager, TagManager
 
     for cls in [*repo_types, BranchManager, TagManager]:
         if cls is not type(None):
@@ -185,10 +185,10 @@ def test_every_name_trimerge_exports_is_visible_to_type_checkers():
 MYPY_PENDING = {
     "cli/app.py", "cli/diffs.py", "diff/api.py", "diff/columns.py", "diff/engine.py", "diff/planner.py",
     "diff/reads.py", "diff/rules.py", "diff/spark.py", "diff/spill.py", "lineage/__init__.py",
-    "lineage/backends.py", "lineage/blame.py", "lineage/boundary.py", "lineage/columnwrites.py",
-    "lineage/commits.py", "lineage/documents.py", "lineage/filters.py", "lineage/fragments.py",
-    "lineage/fsck.py", "lineage/gc.py", "lineage/keyed.py", "lineage/lease.py", "lineage/reflog.py",
-    "lineage/repository.py", "lineage/search.py", "lineage/shortcuts.py", "lineage/tables.py",
+    "lineage/storage/backends.py", "lineage/gates/blame.py", "lineage/safety/boundary.py", "lineage/tables/columnwrites.py",
+    "lineage/history/commits.py", "lineage/storage/documents.py", "lineage/tables/filters.py", "lineage/tables/fragments.py",
+    "lineage/safety/fsck.py", "lineage/safety/gc.py", "lineage/tables/keyed.py", "lineage/storage/lease.py", "lineage/history/reflog.py",
+    "lineage/repository.py", "lineage/tables/search.py", "lineage/tables/shortcuts.py", "lineage/tables/conversion.py",
     "lineage/transaction.py", "merge/classify.py", "merge/edits.py", "merge/gates.py", "merge/indices.py",
     "merge/plan.py", "merge/publish.py", "merge/rebase.py", "merge/resolve.py", "merge/result.py",
     "merge/spark.py",

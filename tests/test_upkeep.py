@@ -23,11 +23,11 @@ import pytest
 
 import trimerge
 from trimerge.diff import diff
-from trimerge.lineage import keyed
+from trimerge.lineage.tables import keyed
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.indices import KEY_INDEX
-from trimerge.lineage.maintenance import MAINTENANCE
-from trimerge.lineage.settings import SETTINGS
+from trimerge.lineage.tables.indices import KEY_INDEX
+from trimerge.lineage.tables.maintenance import MAINTENANCE
+from trimerge.lineage.storage.settings import SETTINGS
 from trimerge.merge import merge
 
 from conftest import lance_branches, rows, run_python
@@ -172,7 +172,7 @@ def test_commit_time_does_not_grow_with_history(history):
 
 @pytest.mark.xfail(strict=True, reason=(
     "issue 27 §3: Lance metadata written per one-row commit grows with the history. "
-    "lineage/maintenance.py compact() merges the small fragments (one row version each) with the "
+    "lineage/tables/maintenance.py compact() merges the small fragments (one row version each) with the "
     "previously compacted one, so that fragment's inline row_id_meta / created_at_version_meta / "
     "last_updated_at_version_meta gain runs at every compaction; every later manifest repeats them, and "
     "every Update transaction that deletes a row of that fragment (a one-row upsert of an old key) "
@@ -418,7 +418,7 @@ def test_keyed_writes_match_a_model_and_the_diff(repo, spy):
         named = set(zip(d.column("id").to_pylist(), d.column("k2").to_pylist()))
         assert named == changed, (step, op, sorted(named ^ changed))
     # the index answered the keyed writes (updates find their rows by key, then write columns or
-    # rows: trimerge.lineage.columnwrites), and upkeep kept it and the fragments in shape
+    # rows: trimerge.lineage.tables.columnwrites), and upkeep kept it and the fragments in shape
     assert spy["upsert"] >= ops.count("upsert") - 1 and spy["delete"] == ops.count("delete")
     [info] = repo.indices("t")
     assert info.name == KEY_INDEX and info.num_unindexed_rows <= 0.1 * (info.num_indexed_rows + info.num_unindexed_rows)

@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         ProtectedBranchError as ProtectedBranchError,
         CheckNotFoundError as CheckNotFoundError,
     )
-    from trimerge.lineage.importing import SourceNotFoundError as SourceNotFoundError
-    from trimerge.lineage.namespace import TrimergeNamespace as TrimergeNamespace
+    from trimerge.lineage.tables.importing import SourceNotFoundError as SourceNotFoundError
+    from trimerge.namespace.service import TrimergeNamespace as TrimergeNamespace
     from trimerge.merge.result import MergeBaseError as MergeBaseError, MergeConflictError as MergeConflictError
     from trimerge.merge.result import MergeCheckError as MergeCheckError
     from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
@@ -59,14 +59,14 @@ _LAZY = {
     "MergeCheckError": "trimerge.merge.result",
     "RebaseConflictError": "trimerge.merge.rebase",
     "RebaseCheckError": "trimerge.merge.rebase",
-    "SourceNotFoundError": "trimerge.lineage.importing",
+    "SourceNotFoundError": "trimerge.lineage.tables.importing",
     "SparkUnavailableError": "trimerge.diff.spark",
-    "TrimergeNamespace": "trimerge.lineage.namespace",
+    "TrimergeNamespace": "trimerge.namespace.service",
 }
 
 # ``lance_namespace.connect("trimerge", {...})`` / ``lancedb.connect_namespace("trimerge", {...})``: registered
 # when lance_namespace loads (importing it here would cost every command ~1.5 s).
-from trimerge.lineage.namespace_hook import install as _install_namespace  # noqa: E402
+from trimerge.namespace.hook import install as _install_namespace  # noqa: E402
 
 _install_namespace()
 
@@ -78,7 +78,7 @@ def _sql_diff(repo, *args):
     return diff_rows(repo, *args)
 
 
-from trimerge.lineage.sql import register_table_function as _register_table_function  # noqa: E402
+from trimerge.lineage.tables.sql import register_table_function as _register_table_function  # noqa: E402
 
 _register_table_function("diff", _sql_diff)
 

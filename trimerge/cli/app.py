@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, NoReturn
 
 import click
 
-from trimerge.lineage import boundary
+from trimerge.lineage.safety import boundary
 from trimerge.lineage.errors import TrimergeError, lance_message, one_line
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT, EXIT_RETRY, EXIT_INTERNAL = 0, 1, 2, 3, 4
@@ -50,7 +50,7 @@ class Context:
 
 
 def _merge_common(ctx: click.Context, path: str | None, as_json: bool, storage_options: tuple[str, ...]) -> Context:
-    from trimerge.lineage.location import parse_storage_options
+    from trimerge.lineage.storage.location import parse_storage_options
 
     obj = ctx.ensure_object(Context)
     if path is not None:
@@ -295,9 +295,9 @@ def output_format(fmt: str | None, output: str | None, *, formats: tuple[str, ..
 
 def check_output_path(output: str | None, fmt: str, what: str = "-o") -> None:
     """Refuse (exit 2) an output path that cannot take ``fmt``: a Lance dataset is a directory,
-    every other format a file (see :mod:`trimerge.lineage.outputs`)."""
+    every other format a file (see :mod:`trimerge.lineage.storage.outputs`)."""
     from trimerge.lineage.errors import InvalidOperationError
-    from trimerge.lineage.outputs import DIRECTORY, FILE, check_output
+    from trimerge.lineage.storage.outputs import DIRECTORY, FILE, check_output
 
     if output is None:
         return
@@ -326,13 +326,13 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
         else:
             import lance
 
-            from trimerge.lineage.outputs import is_remote, local_path
+            from trimerge.lineage.storage.outputs import is_remote, local_path
 
             # "create" where nothing is yet: Lance warns on stderr when "overwrite" finds nothing.
             fresh = not is_remote(output) and not local_path(output, uri=True).exists()
             lance.write_dataset(table, output, mode="create" if fresh else "overwrite")
         return
-    from trimerge.lineage.arrowtypes import to_polars
+    from trimerge.lineage.tables.arrowtypes import to_polars
 
     df = to_polars(table)  # decimal256 too (polars panics on it)
     if fmt == "json":
@@ -351,8 +351,8 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
 
 
 def graph_text(repo, starts: list[str], first_parent: bool = False, limit: int | None = None) -> list[str]:
-    """``log --graph``: the layout of :mod:`trimerge.lineage.graphlayout`, labelled with refs and messages."""
-    from trimerge.lineage.graphlayout import graph_lines
+    """``log --graph``: the layout of :mod:`trimerge.lineage.history.graphlayout`, labelled with refs and messages."""
+    from trimerge.lineage.history.graphlayout import graph_lines
 
     tips: dict[str, list[str]] = {}
     for b in repo.branches.list():
@@ -371,7 +371,7 @@ def graph_text(repo, starts: list[str], first_parent: bool = False, limit: int |
 def table_address(obj: Context, table_name: str, ref: str | None) -> tuple[str, str | None]:
     """A TABLE argument that may be an address ``REPO::REF::TABLE``: (table, ref), the repository
     taken from the address; an address that disagrees with ``--ref`` is one clear line."""
-    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.history.address import is_address, parse_address
 
     if not is_address(table_name):
         return table_name, ref

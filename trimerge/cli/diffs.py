@@ -111,7 +111,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B); tables
     named after the refs (or with --table) limit it to them."""
     from trimerge.diff import diff as run_diff
-    from trimerge.lineage.address import is_address, parse_address
+    from trimerge.lineage.history.address import is_address, parse_address
 
     # git and Dolt habits: `diff A..B [TABLE...]`, `diff A B [TABLE...]`.
     refs, named = (refs[:1], refs[1:]) if ".." in refs[0] else (refs[:2], refs[2:])
@@ -135,7 +135,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
 def diff_format(obj: Context, fmt: str | None, output: str | None, stat: bool, name_only: bool) -> str:
     """The format of a diff's output, refused up front when it cannot be written (exit 2)."""
     from trimerge.lineage.errors import InvalidOperationError
-    from trimerge.lineage.outputs import DIRECTORY, EITHER, FILE, check_output
+    from trimerge.lineage.storage.outputs import DIRECTORY, EITHER, FILE, check_output
 
     chosen = output_format(fmt, output, formats=DIFF_FORMATS, default="json" if obj.json else "table", what="diff")
     if chosen == "csv" and not (stat or name_only):

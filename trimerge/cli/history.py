@@ -253,7 +253,7 @@ def rev_parse(obj: Context, expr: str, short: bool) -> None:
 @common
 def merge_base(obj: Context, refs, all_bases, is_ancestor, independent, octopus) -> None:
     """Best common ancestor(s) of commits, like git merge-base."""
-    from trimerge.lineage import graph as graphalg
+    from trimerge.lineage.history import graph as graphalg
 
     modes = [flag for flag, on in (("--is-ancestor", is_ancestor), ("--independent", independent),
                                    ("--octopus", octopus)) if on]

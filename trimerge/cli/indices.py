@@ -109,7 +109,7 @@ def index_optimize(obj: Context, table_name: str, branch, message, actor) -> Non
 @common
 def config(obj: Context, name: str | None, value: str | None, unset: bool) -> None:
     """Show the repository's settings, one setting, or set one (``trimerge config NAME VALUE``)."""
-    from trimerge.lineage.settings import SETTINGS, parse_value
+    from trimerge.lineage.storage.settings import SETTINGS, parse_value
 
     repo = obj.repo()
     if name is None:

@@ -85,7 +85,7 @@ def _stderr_held() -> Iterator[None]:
 def _read(source: Path, suffix: str, is_dir: bool) -> Any:
     import polars as pl
 
-    from trimerge.lineage.tables import plain_table  # polars reads strings as large_string: no one chose that
+    from trimerge.lineage.tables.conversion import plain_table  # polars reads strings as large_string: no one chose that
 
     if is_dir or suffix == ".lance":
         import lance

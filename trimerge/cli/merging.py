@@ -69,7 +69,7 @@ CONFLICTS_SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
 
 def _check_output(path: str, what: str) -> None:
     from trimerge.lineage.errors import InvalidOperationError
-    from trimerge.lineage.outputs import FILE, check_output
+    from trimerge.lineage.storage.outputs import FILE, check_output
 
     try:
         check_output(path, FILE, what)

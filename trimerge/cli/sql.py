@@ -1,4 +1,4 @@
-"""``trimerge sql``: one read-only SQL query over the tables at a ref (see :mod:`trimerge.lineage.sql`)."""
+"""``trimerge sql``: one read-only SQL query over the tables at a ref (see :mod:`trimerge.lineage.tables.sql`)."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ def status(obj: Context) -> None:
 
 def repository_status(repo: Any) -> dict[str, Any]:
     """What ``status`` reports, as JSON-ready data (reads documents only; writes nothing)."""
-    from trimerge.lineage.lease import Holder
-    from trimerge.lineage.recovery import INTENTS, QUARANTINE, parse_intent
+    from trimerge.lineage.storage.lease import Holder
+    from trimerge.lineage.safety.recovery import INTENTS, QUARANTINE, parse_intent
 
     name = repo.current_branch
     branch = repo.branches.get_or_none(name)

@@ -273,7 +273,7 @@ def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output,
 
 
 def _gc(obj: Context, retention: str) -> None:
-    from trimerge.lineage.gc import parse_retention
+    from trimerge.lineage.safety.gc import parse_retention
 
     repo = obj.repo()
     report = repo.gc(parse_retention(retention), warn=lambda msg: click.echo(f"warning: {msg}", err=True))

@@ -2,7 +2,7 @@
 
 Lance clients in any process or language (pylance's ``lance.namespace.RestNamespace``, LanceDB's
 ``connect_namespace("rest", ...)``, LanceDB's other SDKs) open a ref's tables exactly as the
-in-process :class:`~trimerge.lineage.namespace.TrimergeNamespace` gives them: child namespaces are
+in-process :class:`~trimerge.namespace.service.TrimergeNamespace` gives them: child namespaces are
 refs (``[REF]``), ``[]`` is the server's ref; a client's write (``create_table_version``) becomes a
 trimerge commit on a branch or is refused. Clients read and write the table data in storage
 themselves: the server hands out locations and versions, and storage options only when told to.

@@ -1,6 +1,6 @@
 """The ASGI application of ``trimerge serve``: authentication, the operations, errors, the request log.
 
-Every answer comes from :class:`~trimerge.lineage.namespace.TrimergeNamespace` (the same refs and
+Every answer comes from :class:`~trimerge.namespace.service.TrimergeNamespace` (the same refs and
 tables the in-process namespace gives); this module decides who may ask, turns HTTP into the
 namespace's request models and its answers and errors back into JSON. An error is the spec's
 ``ErrorResponse`` (``{"error": MESSAGE, "code": N, "detail": TYPE}``, ``code`` one of
@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from trimerge.lineage.errors import TrimergeError, one_line
-from trimerge.lineage.namespace import TrimergeNamespace
+from trimerge.namespace.service import TrimergeNamespace
 from trimerge.serve.config import ServeConfig
 from trimerge.serve.routes import Op, build_request, find_op, split_path
 from trimerge.serve.tokens import Grant, find_grant

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 import lance_namespace as ln
 
 from trimerge.lineage.errors import TrimergeError
-from trimerge.lineage.names import validate_table_name
+from trimerge.lineage.history.names import validate_table_name
 
 __all__ = ["MAX_ID_PART", "Op", "build_request", "find_op", "split_path"]
 

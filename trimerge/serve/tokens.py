@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimerge.lineage.errors import TrimergeError
-from trimerge.lineage.refexpr import parse_ref_expr
+from trimerge.lineage.history.refexpr import parse_ref_expr
 
 __all__ = ["MIN_TOKEN_LENGTH", "Grant", "TokenFileError", "find_grant", "load_tokens", "parse_tokens", "ref_base"]
 

@@ -1,0 +1,223 @@
+"""Refs: branch and tag documents, ``HEAD``, and publishing a commit by moving a branch.
+
+Layout below ``_trimerge/``::
+
+    refs/branches/<name>.json   a branch tip ('/' in the name as %2F); moved by compare-and-swap
+    refs/tags/<name>.json       a tag; created once, never moved
+    HEAD                        the current branch of the CLI
+
+Publishing stores the commit (create-if-absent) and then swaps the branch document from the
+version the writer read to the new tip: that swap is the single visibility point of every write,
+on a local disk and on an object store alike. A writer whose branch moved meanwhile loses the swap
+and gets a retryable :class:`ConcurrentWriteError`, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Mapping
+from urllib.parse import quote, unquote
+
+from trimerge.lineage.commit import Commit, format_time, parse_time
+from trimerge.lineage.history.commits import CommitStore
+from trimerge.lineage.storage.documents import Documents
+from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
+from trimerge.lineage.storage.faults import crashpoint
+from trimerge.lineage.history.names import MAIN, is_internal_branch
+
+BRANCHES = "refs/branches"
+TAGS = "refs/tags"
+HEAD = "HEAD"
+
+
+def encode_name(name: str) -> str:
+    """A ref name as one key component ('/' becomes %2F, like Lance's ref files)."""
+    return quote(name, safe="")
+
+
+def _storable(name: object) -> bool:
+    """Whether ``name`` could be a stored ref at all (text, valid Unicode, no NUL); others do not exist."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A graph branch: a movable pointer to a commit."""
+
+    name: str
+    commit_id: str
+    id: str  # incarnation id: owner of the Lance forks this branch writes
+    created_at: datetime
+    parent: str | None  # branch it was created from (None for main or when created from a tag/commit)
+    version: Any = field(default=None, compare=False, repr=False)  # of the ref document, for the swap
+    #: Whether the branch is protected (filled in by ``repo.branches``; see lineage/safety/protection.py).
+    protected: bool = field(default=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "commit": self.commit_id, "id": self.id,
+                "created_at": format_time(self.created_at), "parent": self.parent}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], version: Any = None) -> "Branch":
+        return cls(doc["name"], doc["commit"], doc["id"], parse_time(doc["created_at"]), doc.get("parent"), version)
+
+
+@dataclass(frozen=True)
+class Tag:
+    """An immutable, named pointer to a commit."""
+
+    name: str
+    commit_id: str
+    created_at: datetime
+    actor: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "commit": self.commit_id, "created_at": format_time(self.created_at),
+                "actor": self.actor, "message": self.message}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Tag":
+        return cls(doc["name"], doc["commit"], parse_time(doc["created_at"]), doc.get("actor", ""), doc.get("message", ""))
+
+
+class RefStore:
+    """Branch and tag documents."""
+
+    def __init__(self, docs: Documents):
+        from trimerge.lineage.history.reflog import Reflog  # it names refs as this module does
+
+        self.docs = docs
+        self.reflog = Reflog(docs)
+
+    def _logged(self, name: str, old: str | None, new: str | None, actor: str, reason: str) -> str | None:
+        """Record a move of a user branch in the reflog, before the move (see :mod:`trimerge.lineage.history.reflog`)."""
+        if is_internal_branch(name) or old == new:
+            return None  # internal and temporary branches (a rebase's replays) have no reflog
+        return self.reflog.record(name, old, new, actor, reason)
+
+    @staticmethod
+    def branch_key(name: str) -> str:
+        return f"{BRANCHES}/{encode_name(name)}.json"
+
+    @staticmethod
+    def tag_key(name: str) -> str:
+        return f"{TAGS}/{name}.json"
+
+    def _parsed(self, key: str, parse):
+        found = self.docs.read(key)
+        if found is None:
+            return None
+        try:
+            return parse(found)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRepositoryError(f"{self.docs.where}/{key}: malformed ref ({exc!r})") from None
+
+    # -- branches
+    def branch(self, name: str) -> Branch | None:
+        """The branch document (with its version), internal branches included."""
+        if not _storable(name):
+            return None
+        return self._parsed(self.branch_key(name), lambda f: Branch.from_json(f.doc, f.version))
+
+    def branch_names(self, include_internal: bool = False) -> list[str]:
+        names = [unquote(k.rsplit("/", 1)[1].removesuffix(".json")) for k in self.docs.list(BRANCHES)]
+        return [n for n in names if include_internal or not is_internal_branch(n)]
+
+    def create_branch(self, branch: Branch, *, actor: str = "", reason: str = "branch: created") -> Branch | None:
+        """Create the branch document; None if the name is taken. Recorded in the reflog."""
+        entry = self._logged(branch.name, None, branch.commit_id, actor, reason)
+        version = self.docs.create(self.branch_key(branch.name), branch.to_json())
+        if version is None and entry:
+            self.reflog.discard(entry)
+        return None if version is None else replace(branch, version=version)
+
+    def move_branch(self, branch: Branch, commit_id: str, *, actor: str = "", reason: str = "") -> Branch | None:
+        """Point ``branch`` at ``commit_id`` if its document is unchanged since ``branch`` was read
+        (recorded in the reflog, with ``actor`` and ``reason``)."""
+        entry = self._logged(branch.name, branch.commit_id, commit_id, actor, reason)
+        version = self.docs.swap(self.branch_key(branch.name), replace(branch, commit_id=commit_id).to_json(),
+                                 branch.version)
+        if version is None and entry:
+            self.reflog.discard(entry)
+        return None if version is None else replace(branch, commit_id=commit_id, version=version)
+
+    def delete_branch(self, name: str, *, old: str | None = None, actor: str = "",
+                      reason: str = "branch: deleted") -> None:
+        """Remove the branch document; ``old`` (its tip) is recorded in the reflog when given."""
+        if old is not None:
+            self._logged(name, old, None, actor, reason)
+        self.docs.delete(self.branch_key(name))
+
+    # -- tags
+    def tag(self, name: str) -> Tag | None:
+        if not _storable(name) or "/" in name:
+            return None
+        return self._parsed(self.tag_key(name), lambda f: Tag.from_json(f.doc))
+
+    def tag_names(self) -> list[str]:
+        return [k.rsplit("/", 1)[1].removesuffix(".json") for k in self.docs.list(TAGS)]
+
+    def create_tag(self, tag: Tag) -> bool:
+        return self.docs.create(self.tag_key(tag.name), tag.to_json()) is not None
+
+    def delete_tag(self, name: str) -> None:
+        self.docs.delete(self.tag_key(name))
+
+    # -- HEAD
+    def head(self) -> str:
+        """The current branch's name as recorded (``main`` when there is no HEAD document). A HEAD
+        that is empty or names no branch is damaged, never read as ``main``."""
+        stored = self.docs.backend.get(HEAD)
+        if stored is None:
+            return MAIN
+        text = stored.data.decode("utf-8", "replace").strip()
+        repair = f"rewrite it with 'trimerge switch BRANCH' (for instance 'trimerge switch {MAIN}')"
+        if not text.startswith("{"):
+            if not text or "\n" in text or "\ufffd" in text:
+                raise CorruptRepositoryError(f"{self.docs.where}/{HEAD} is {'empty' if not text else 'damaged'}: "
+                                             f"{repair}")
+            return text  # written by an older version: the plain name
+        doc = self.docs.get(HEAD)
+        if not isinstance(doc, dict) or not isinstance(doc.get("branch"), str) or not doc["branch"]:
+            raise CorruptRepositoryError(f"{self.docs.where}/{HEAD} names no branch: {repair}")
+        return doc["branch"]
+
+    def set_head(self, name: str) -> None:
+        for _ in range(10):
+            stored = self.docs.backend.get(HEAD)
+            if stored is None:
+                if self.docs.create(HEAD, {"branch": name}) is not None:
+                    return
+            elif self.docs.swap(HEAD, {"branch": name}, stored.version) is not None:
+                return
+        raise ConcurrentWriteError("HEAD is being changed by another process; retry")
+
+
+def publish(commits: CommitStore, refs: RefStore, branch: Branch, commit: Commit, *,
+            stored: bool = False) -> Branch:
+    """Store ``commit`` (unless ``stored``) and move ``branch`` (as read by the writer) to it;
+    returns the moved branch.
+
+    :class:`ConcurrentWriteError` (retryable) when the branch moved or was recreated meanwhile."""
+    if commit.parents[:1] != (branch.commit_id,):
+        raise ConcurrentWriteError(f"branch {branch.name!r} moved during the write; refresh and retry")
+    if not stored:
+        commits.put(commit)
+    crashpoint("after_commit_object")
+    kind = "merge" if len(commit.parents) > 1 else "commit"
+    moved = refs.move_branch(branch, commit.id, actor=commit.actor, reason=f"{kind}: {commit.message}")
+    if moved is None:
+        raise ConcurrentWriteError(f"branch {branch.name!r} moved during the write; refresh and retry")
+    return moved
