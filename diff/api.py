@@ -11,6 +11,7 @@ import pyarrow as pa
 from trimerge.diff.engine import DiffCounts, Progress, TableDiff
 from trimerge.diff.planner import PLAN_CHOICES, Snapshot, choose_engine, spark_at_hand
 from trimerge.diff.verify import verify_requested
+from trimerge.diff.where import check_where, plan_where
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.storage.lazyimport import lazy_module
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
@@ -36,6 +37,7 @@ class Diff:
     after: Commit
     tables: dict[str, TableDiff] = field(default_factory=dict)
     three_dot: bool = False
+    where: str | None = None  #: the filter the rows were restricted to (``diff(..., where=)``)
 
     def stat_polars(self) -> "pl.DataFrame":
         """:meth:`stat` as a polars DataFrame (no copy)."""
@@ -77,8 +79,10 @@ class Diff:
         return diff_html(self)
 
     def to_json(self, rows: bool = False) -> dict[str, Any]:
-        doc = {"before": self.before.id, "after": self.after.id,
-               "tables": {n: td.summary() for n, td in sorted(self.tables.items())}}
+        doc: dict[str, Any] = {"before": self.before.id, "after": self.after.id}
+        if self.where is not None:
+            doc["where"] = self.where
+        doc["tables"] = {n: td.summary() for n, td in sorted(self.tables.items())}
         if rows:
             for n, td in self.tables.items():
                 doc["tables"][n]["rows"] = td.rows().to_pylist() if td.storage_status != "unchanged" else []
@@ -99,7 +103,8 @@ def parse_range(spec: str) -> tuple[str, str, bool]:
 def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables: Sequence[str] | None = None,
          engine: Literal["local", "spark", "auto"] = "auto", spark: Any = None,
          spark_threshold: int | None = None, progress: Progress | None = None,
-         memory_budget: int | None = None, plan: str = "auto", verify: bool | None = None) -> Diff:
+         memory_budget: int | None = None, plan: str = "auto", verify: bool | None = None,
+         where: str | None = None) -> Diff:
     """Compare two refs table by table.
 
     ``diff("main", "feature")`` compares the tips (two-dot, also ``"main..feature"``);
@@ -124,10 +129,20 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
     ``"fragments"``, ``"full"`` to start from that plan (one whose precondition does not hold
     falls back to the next exact one; ``TableDiff.plan.method`` says what ran). ``verify=True``
     (default: env ``TRIMERGE_VERIFY=1``) checks every table's rows against the brute-force diff
-    (both sides read whole) and raises :class:`DiffVerificationError` on any difference."""
+    (both sides read whole) and raises :class:`DiffVerificationError` on any difference.
+
+    ``where`` (a SQL filter, as ``Repository.read(where=)`` takes) keeps the changed rows whose
+    before or after image matches it — a row that left the filter's range is an update — and the
+    counts count those; it applies to every table compared (name them with ``tables``), is
+    checked and planned on each before any row is read, and runs on the changed rows only
+    (:mod:`trimerge.diff.where`)."""
     from trimerge.lineage.history.address import is_address, parse_address
     from trimerge.lineage.repository import Ref
 
+    if where is not None:
+        where = check_where(where)  # the text alone: refused before any ref is resolved
+        if engine == "spark":
+            raise InvalidOperationError("where= runs on the local engine: use engine='local' or 'auto'")
     wanted = set(tables) if tables else None
     if repo is None:
         for r in (a, b):
@@ -175,13 +190,15 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
         if missing:
             raise TableNotFoundError(f"no table {', '.join(sorted(missing))} on either side")
         names = [n for n in names if n in wanted]
-    for name in names:
-        result.tables[name] = TableDiff(name, Snapshot(repo, before.tables.get(name)),
-                                        Snapshot(repo, after.tables.get(name)), memory_budget=memory_budget,
-                                        method=plan, verify=verify_requested(verify))
     if engine not in ("local", "spark", "auto"):
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
-    if engine != "local":
+    for name in names:
+        old, new = Snapshot(repo, before.tables.get(name)), Snapshot(repo, after.tables.get(name))
+        sides = plan_where(where, name, old, new, named=wanted is not None) if where is not None else (True, True)
+        result.tables[name] = TableDiff(name, old, new, memory_budget=memory_budget, method=plan,
+                                        verify=verify_requested(verify), where=where, where_sides=sides)
+    result.where = where
+    if engine != "local" and where is None:
         at_hand = spark_at_hand(spark)
         for td in result.tables.values():
             if choose_engine(engine, td.candidate_plan, spark_threshold, at_hand) == "spark":

@@ -17,8 +17,8 @@ cheapest first:
   deletion vector contribute only the rows whose deletion state differs; the rest is read.
 * ``full``: unrelated datasets (a table created independently on two branches): both read.
 
-Why skipping is exact: a skipped row is the same physical live row on both sides, and since a
-key is unique within each snapshot, that key appears nowhere else on either side.
+Why skipping is exact: a skipped row is the same physical live row on both sides, and a key is unique
+in each snapshot, so that key appears nowhere else on either side.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_co
 from trimerge.diff.delta import read_deltas
 from trimerge.diff.images import BeforeImages, restrict_rows
 from trimerge.diff.narrowrows import changes_fill_candidates, rows_of_changed_columns
-from trimerge.diff.schemas import SchemaChange, schema_changes
+from trimerge.diff.schemas import SchemaChange, index_changes, schema_changes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
 from trimerge.diff.planner import (
@@ -52,6 +52,7 @@ from trimerge.diff.planner import (
 )
 from trimerge.diff.spill import CandidateBuffer, ChangedRows, ordered_map
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
+from trimerge.diff.where import restrict_where
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
 
@@ -86,8 +87,10 @@ class TableDiff:
     """The difference of one table between two snapshots."""
 
     def __init__(self, name: str, before: Snapshot, after: Snapshot, memory_budget: int | None = None, *,
-                 method: str = "auto", verify: bool = False):
+                 method: str = "auto", verify: bool = False, where: str | None = None,
+                 where_sides: tuple[bool, bool] = (True, True)):
         self.name = name
+        self.where, self.where_sides = where, where_sides  # rows whose images match it (trimerge.diff.where)
         self.method = method  # the plan asked for (see trimerge.diff.planner.PLAN_CHOICES)
         self.verify = verify  # cross-check the planned rows against the brute-force diff
         self._fallback_from: str | None = None
@@ -173,37 +176,25 @@ class TableDiff:
         if self.storage_status != "modified":
             return []
         if self._index_changes is None:
-            from trimerge.lineage.tables.indices import list_indices
-
-            before, after = ({i.name: i for i in list_indices(s.ds, s.tv)}
-                             for s in (self.before_snapshot, self.after_snapshot))
-            self._index_changes = []
-            for name in sorted(before.keys() | after.keys()):
-                b, a = before.get(name), after.get(name)
-                if b is not None and a is not None and b.definition == a.definition:
-                    continue
-                change = "added" if b is None else "dropped" if a is None else "redefined"
-                shown = a or b
-                self._index_changes.append({"index": name, "change": change, "columns": list(shown.columns),
-                                            "kind": shown.kind, "params": dict(shown.params)})
+            self._index_changes = index_changes(self.before_snapshot, self.after_snapshot)
         return self._index_changes
 
     @property
     def counts(self) -> DiffCounts:
-        if self._counts is None and self._changed is None and self.engine == "spark" and \
+        whole = self.where is None  # a filtered diff counts its filtered rows
+        if self._counts is None and self._changed is None and self.engine == "spark" and whole and \
                 self.storage_status != "unchanged":
             from trimerge.diff.spark import spark_counts
 
             per_change = spark_counts(self, self._spark)
-            self._counts = DiffCounts(inserted=per_change.get("insert", (0, 0))[0],
-                                      deleted=per_change.get("delete", (0, 0))[0],
-                                      updated=per_change.get("update", (0, 0))[0],
+            rows = {change: per_change.get(change, (0, 0))[0] for change in ("insert", "delete", "update")}
+            self._counts = DiffCounts(inserted=rows["insert"], deleted=rows["delete"], updated=rows["update"],
                                       cells_changed=sum(cells for _, cells in per_change.values()))
-        if self._counts is None and self._changed is None and self.engine == "local" and not self.verify \
+        if self._counts is None and self._changed is None and self.engine == "local" and not self.verify and whole \
                 and self.storage_status == "modified" and self.candidate_plan.column_pairs and self.within_keys is None:
             self._counts = self._counts_through_columns()
         if self._counts is None and self._changed is None and self.count_first and self.engine == "local" \
-                and not self.verify and self.storage_status == "modified":
+                and not self.verify and whole and self.storage_status == "modified":
             self._counts = self._compute(count_only=True)
         if self._counts is None:
             changed = self._changed_rows()
@@ -226,7 +217,8 @@ class TableDiff:
         hold only the columns that pair read; every other changed row, with full images). None
         when the plan has no column pairs (or does not hold: use :meth:`rows_with_row_ids`).
         :meth:`complete` gives the full images of pair rows."""
-        if self.engine != "local" or self.storage_status != "modified" or not self.candidate_plan.column_pairs:
+        if self.engine != "local" or self.storage_status != "modified" or self.where is not None \
+                or not self.candidate_plan.column_pairs:
             return None
         narrow: list[pa.Table] = []
         try:
@@ -375,6 +367,9 @@ class TableDiff:
                 from trimerge.diff.verify import check_table
 
                 check_table(self, self._changed.materialize(self.primary_key).drop_columns([BEFORE_ROWID, AFTER_ROWID]))
+            if self.where is not None:
+                self._changed, self._tally = restrict_where(self._changed, self.where, self.primary_key,
+                                                            self.where_sides, self), None  # recount what is kept
         return self._changed
 
     def _empty_rows(self) -> pa.Table:
@@ -443,9 +438,10 @@ class TableDiff:
             self._delta_candidates(plan.common_version, out)
             return
         if plan.method in ("added", "dropped", "full"):
+            pushed = {"filter": f"({self.where}\n)"} if self.where is not None and plan.method != "full" else {}  # one image a row
             for side, snap, fragments in ((0, b, plan.read_before), (1, a, plan.read_after)):
                 if fragments:
-                    for t in scan(snap):
+                    for t in scan(snap, **pushed):
                         out.add(side, t)
             self.plan = DiffPlan(plan.method, fragments_read=len(plan.read_before) + len(plan.read_after),
                                  rows_planned=sum(out.rows))

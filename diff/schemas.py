@@ -43,3 +43,21 @@ def schema_changes(before: pa.Schema | None, after: pa.Schema | None,
     if tuple(key_before) != tuple(key_after):
         out.append(SchemaChange("primary_key_changed", ",".join(key_after), ",".join(key_before), ",".join(key_after)))
     return out
+
+
+def index_changes(before: Any, after: Any) -> list[dict[str, Any]]:
+    """Indices added, dropped or redefined between two snapshots (:class:`trimerge.diff.planner.Snapshot`)."""
+    from trimerge.lineage.tables.indices import list_indices
+
+    b_indices, a_indices = ({i.name: i for i in list_indices(s.ds, s.tv)} for s in (before, after))
+    out = []
+    for name in sorted(b_indices.keys() | a_indices.keys()):
+        b, a = b_indices.get(name), a_indices.get(name)
+        if b is not None and a is not None and b.definition == a.definition:
+            continue
+        change = "added" if b is None else "dropped" if a is None else "redefined"
+        shown = a or b
+        assert shown is not None  # the name came from one side or the other
+        out.append({"index": name, "change": change, "columns": list(shown.columns), "kind": shown.kind,
+                    "params": dict(shown.params)})
+    return out

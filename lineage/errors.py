@@ -100,7 +100,7 @@ class InvalidOperationError(TrimergeError, ValueError):
 
 class ProtectedBranchError(ReadOnlyRefError):
     """A direct write to a protected branch: change it by merging into it (see
-    :mod:`trimerge.lineage.safety.protection`)."""
+    :mod:`trimerge.lineage.history.protection`)."""
 
 
 class RepositoryNotFoundError(NotFoundError):
@@ -112,6 +112,17 @@ class ConcurrentWriteError(TrimergeError):
 
     retryable = True
     exit_code = 3
+
+
+class RemoteError(TrimergeError):
+    """A remote cannot be used: unknown name, bad name or URI, not a repository, a non-empty clone
+    target, or a history with no commit in common (see :mod:`trimerge.remotes`)."""
+
+
+class NonFastForwardError(RemoteError):
+    """A push would drop commits the remote branch has: fetch and merge first (exit 1, like a "no")."""
+
+    exit_code = 1
 
 
 class DataReclaimedError(TrimergeError):

@@ -18,7 +18,7 @@ This class is a facade: storage lives in :mod:`~trimerge.lineage.storage.backend
 :mod:`~trimerge.lineage.storage.documents`, commits in :mod:`~trimerge.lineage.history.commits`, refs and
 publishing in :mod:`~trimerge.lineage.history.refs`, Lance data in :mod:`~trimerge.lineage.tables.tablestore`,
 writes in :mod:`~trimerge.lineage.transaction` (one-commit shortcuts in
-:mod:`~trimerge.lineage.tables.shortcuts`), repairs in :mod:`~trimerge.lineage.safety.recovery` and
+:mod:`~trimerge.lineage.shortcuts`), repairs in :mod:`~trimerge.lineage.safety.recovery` and
 garbage collection in :mod:`~trimerge.lineage.safety.gc` (integrity checks in :mod:`~trimerge.lineage.safety.fsck`).
 """
 
@@ -35,7 +35,7 @@ from ulid import ULID
 
 from trimerge.lineage.storage.lazyimport import lazy_module
 from trimerge.lineage.history.reflog import ReflogEntry
-from trimerge.lineage.history.restore import RestoreResult
+from trimerge.lineage.restore import RestoreResult
 
 if TYPE_CHECKING:
     import lance
@@ -49,7 +49,7 @@ else:  # what annotations name, imported on first use (typing.get_type_hints): s
     lance, pa, pc = lazy_module("lance"), lazy_module("pyarrow"), lazy_module("pyarrow.compute")
     indices_module, transaction_module = lazy_module("trimerge.lineage.tables.indices"), lazy_module("trimerge.lineage.transaction")
 
-from trimerge.lineage.history import entities
+from trimerge.lineage.tables import entities
 from trimerge.lineage.history import graph as graphalg
 from trimerge.lineage.history.address import Address, parse_address
 from trimerge.lineage.history.branches import BranchManager, TagManager
@@ -72,13 +72,14 @@ from trimerge.lineage.tables.filters import check_filter, plan_filter
 from trimerge.lineage.safety.fsck import FsckReport, check_repository
 from trimerge.lineage.safety.gc import Collector, GcReport, as_retention
 from trimerge.lineage.storage.settings import Settings
-from trimerge.lineage.tables.shortcuts import TableWrites
-from trimerge.lineage.safety.retention import DeletionLog, ReclaimedCommits
+from trimerge.lineage.shortcuts import TableWrites
+from trimerge.lineage.history.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.tables.maintenance import MAINTENANCE
 from trimerge.lineage.history.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_addressable, is_internal_branch
 from trimerge.lineage.safety.recovery import Recovery, RecoveryReport
 from trimerge.lineage.history.refexpr import resolve as resolve_expr
 from trimerge.lineage.history.refs import Branch, RefStore, Tag, encode_name, now
+from trimerge.lineage.tables import relocation
 from trimerge.lineage.tables.tablestore import TableStore
 
 
@@ -136,6 +137,18 @@ class _RefNamespace:
     def reflog_value(self, name: str, n: int) -> str:
         """The commit ``name@{n}`` names (see :mod:`trimerge.lineage.history.reflog`)."""
         return self.repo.refs.reflog.nth(name, n, self.repo.reflog_current(name))
+
+    def tracking_tip(self, name: str) -> str | None:
+        return self.repo.refs.tracking(name)
+
+
+#: clone, fetch, pull, push and ``repo.remotes`` live above merge (:mod:`trimerge.remotes`, which
+#: registers them here when ``trimerge`` is imported): {"clone": f(src, dst, **kw), "remotes": f(repo), ...}.
+REMOTE_OPERATIONS: dict[str, Callable[..., Any]] = {}
+
+
+def register_remote_operations(**operations: Callable[..., Any]) -> None:
+    REMOTE_OPERATIONS.update(operations)
 
 
 class Repository(TableWrites):
@@ -203,15 +216,41 @@ class Repository(TableWrites):
                     f"{location.join(META_DIR, REPO_DOC)} is missing but {META_DIR}/ holds data: an interrupted "
                     f"init or a damaged repository; do not run init over it (check it, or restore {REPO_DOC})")
             raise RepositoryNotFoundError(f"no trimerge repository at {location.uri} (create one with 'trimerge init')")
-        recorded = doc.get("location")
-        moved_from = recorded if recorded and recorded != location.uri else None
+        moved_from = relocation.moved_from(location, doc)
         repo = cls(location, read_only=read_only, lock_timeout=lock_timeout, moved_from=moved_from)
         if not read_only:
+            if moved_from:  # a copy works where it lands: name this place before any fork is opened
+                relocation.relocate_on_open(repo)
             repo.recover()
         return repo
 
     def __repr__(self) -> str:
         return f"Repository({self.uri!r})"
+
+    # ------------------------------------------------------------------ remotes (trimerge.remotes)
+    @classmethod
+    def clone(cls, src: str | os.PathLike, dst: str | os.PathLike, **options: Any) -> Any:
+        """Copy repository ``src`` to the empty location ``dst`` (any pair of a directory, ``s3://``,
+        ``az://``); ``origin`` names ``src`` there. Returns what moved (:mod:`trimerge.remotes`)."""
+        return REMOTE_OPERATIONS["clone"](src, dst, **options)
+
+    @property
+    def remotes(self) -> Any:
+        """The remotes: ``add(name, uri)``, ``list()``, ``get(name)``, ``remove(name)``."""
+        return REMOTE_OPERATIONS["remotes"](self)
+
+    def fetch(self, remote: str = "origin", **options: Any) -> Any:
+        """Bring the remote's branches (as ``REMOTE/BRANCH``) and what they need."""
+        return REMOTE_OPERATIONS["fetch"](self, remote, **options)
+
+    def pull(self, remote: str | None = None, branch: str | None = None, **options: Any) -> Any:
+        """Fetch, then fast-forward ``branch`` or merge ``REMOTE/BRANCH`` into it."""
+        return REMOTE_OPERATIONS["pull"](self, remote, branch, **options)
+
+    def push(self, remote: str | None = None, branch: str | None = None, *, tags: bool = False,
+             **options: Any) -> Any:
+        """Move the remote's ``branch`` to this one's tip: fast-forward only."""
+        return REMOTE_OPERATIONS["push"](self, remote, branch, tags=tags, **options)
 
     @property
     def path(self):
@@ -284,10 +323,10 @@ class Repository(TableWrites):
                 message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> "RestoreResult":
         """One commit on ``branch`` in which ``table`` equals its state at ``ref`` (rows, schema,
         indices), without copying data; dropped if it did not exist there, brought back if the
-        branch no longer has it (see :mod:`trimerge.lineage.history.restore`). The table keeps the data
+        branch no longer has it (see :mod:`trimerge.lineage.restore`). The table keeps the data
         checks and derived-column declarations it has on ``branch`` (a restore that cannot keep
         them is refused); ``keep_gates=False`` takes them from ``ref`` instead."""
-        from trimerge.lineage.history.restore import restore
+        from trimerge.lineage.restore import restore
 
         return restore(self, table, ref, branch=branch, actor=actor, message=message, dry_run=dry_run,
                        keep_gates=keep_gates)

@@ -35,23 +35,23 @@ from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.tables.filters import check_filter, plan_filter
 from trimerge.lineage.tables.keyfilter import pinned_keys
 from trimerge.lineage.tables.rowwrites import FragmentWrites
+from trimerge.lineage.tables.upkeepwrites import UpkeepWrites
 from trimerge.lineage.storage.lease import Lease
 from trimerge.lineage.history.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.history.refs import Branch, now, publish
 from trimerge.lineage.safety.recovery import intent_key
-from trimerge.lineage.safety.protection import refuse_direct_write
-
-from trimerge.lineage.repository import Repository  # loaded first (trimerge imports it): no cycle
+from trimerge.lineage.history.protection import refuse_direct_write
 
 if TYPE_CHECKING:
     import lance
+    from trimerge.lineage.hosts import TransactionHost
 else:  # what annotations name, imported on first use (typing.get_type_hints)
     from trimerge.lineage.storage.lazyimport import lazy_module
 
     lance = lazy_module("lance")
 
 
-class Transaction(FragmentWrites):
+class Transaction(FragmentWrites, UpkeepWrites):
     """A write to one branch that publishes exactly one commit on success.
 
     The branch is locked from ``__enter__`` until the commit is published or rolled back, so
@@ -59,8 +59,9 @@ class Transaction(FragmentWrites):
     :class:`ConcurrentWriteError` after ``lock_timeout`` seconds."""
 
     scratch = False  # see ScratchTransaction
+    repo: "TransactionHost"  # what it uses of the repository (lineage/hosts.py)
 
-    def __init__(self, repo: "Repository", branch: str, *, actor: str, message: str | None,
+    def __init__(self, repo: "TransactionHost", branch: str, *, actor: str, message: str | None,
                  metadata: Mapping[str, str] | None):
         self.repo = repo
         self.branch_name = branch
@@ -99,7 +100,7 @@ class Transaction(FragmentWrites):
         repo = self.repo
         if not is_branch_name(self.branch_name):
             self._refuse()
-        refuse_direct_write(self)  # a protected branch takes merges only (lineage/safety/protection.py)
+        refuse_direct_write(self)  # a protected branch takes merges only (lineage/history/protection.py)
         self._lock = repo.lock_branch(self.branch_name, f"transaction {self.ulid}")
         try:
             self._branch = repo.refs.branch(self.branch_name)  # read under the lease: the tip to build on
@@ -457,47 +458,6 @@ class Transaction(FragmentWrites):
         indices.around_column_rewrite(self, name, column, f"alter {name}.{column}",
                                       lambda ds: ds.alter_columns({"path": column, "data_type": data_type}))
         self._schema_changed()
-
-    def compact(self, name: str) -> None:
-        """Rewrite small fragments into larger ones, deletions materialised (content unchanged;
-        an imported source's fragments are left alone)."""
-        foreign = self.foreign_fragments(name)
-        self.write_table(name, f"compact {name}", lambda ds: maintenance.optimize(ds, foreign))
-
-    def optimize(self, name: str) -> None:
-        """Compact ``name`` and add its unindexed rows to its indices (no change when there is nothing to do)."""
-        self.compact(name)
-        self.optimize_indices(name)
-
-    def create_index(self, table: str, column: str, kind: str, *, name: str | None = None, replace: bool = False,
-                     progress: Callable[[str, str], None] | None = None, **params: Any) -> None:
-        """Build a Lance index on ``column``: ``kind`` is a Lance index type (vector ``IVF_PQ``,
-        ``IVF_HNSW_SQ``, ``IVF_FLAT``; scalar ``BTREE``, ``BITMAP``, ``LABEL_LIST``; full text
-        ``INVERTED``), ``params`` go to Lance (``num_partitions=``, ``metric=``, ...) and are checked
-        before any effect. ``name`` defaults to ``<column>_idx``; ``replace`` rebuilds an existing one.
-        ``progress`` (the shape of ``diff(progress=)``) hears ``(table, "start")``, Lance's build
-        stages as they begin (``(table, "train_ivf")``, ``"shuffle"``, ``"load_data"``…: they vary
-        with the kind and Lance's version) and ``(table, "done")``."""
-        self._require_open()
-        indices.create(self, table, indices.checked_spec(self.dataset(table), table, column, kind, name=name,
-                                                         replace=replace, params=params), progress)
-
-    def drop_index(self, table: str, name: str) -> None:
-        """Drop the index ``name`` of ``table``."""
-        self._require_open()
-        indices.drop(self, table, name)
-
-    def optimize_indices(self, table: str, progress: Callable[[str, str], None] | None = None) -> None:
-        """Add the rows written since the indices of ``table`` were built to them (no retraining).
-        ``progress`` hears ``(table, "start")``, Lance's stages if it reports any, ``(table, "done")``."""
-        self._require_open()
-        if progress is not None:
-            progress(table, "start")
-        if indices.stale(self.dataset(table), 0.0):
-            self.write_table(table, f"optimize indices of {table}",
-                             lambda ds: indices.optimize(ds, progress, table))
-        if progress is not None:
-            progress(table, "done")
 
     # -- the narrow interface of index and upkeep operations (trimerge.lineage.tables.indices.TableWriter)
     def dataset(self, table: str) -> "lance.LanceDataset":

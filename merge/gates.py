@@ -6,7 +6,7 @@ The merge builds its result as uncommitted Lance versions inside the publishing 
 publishing, on ``tx.dataset(table)`` — so checks see exactly what the result would be, never a
 half-published state — and a failing check aborts the transaction (:class:`MergeCheckError`). A dry
 run (or a merge with conflicts, for its reports) builds the same result in a
-:class:`~trimerge.lineage.tables.scratch.ScratchTransaction` that is never published.
+:class:`~trimerge.lineage.scratch.ScratchTransaction` that is never published.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from trimerge.lineage.gates.checks import TIMEOUT_SETTING, Check, as_record, judging, table_checks
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
-from trimerge.lineage.safety.protection import Protection
+from trimerge.lineage.history.protection import Protection
 from trimerge.merge.checkdelta import run_gated
 from trimerge.merge.result import Conflict, MergeCheckError, MergeResult
 from trimerge.lineage.history.threeway import merge_by_name
@@ -122,7 +122,7 @@ class Gate:
         tables.update({n: replace(tables[n], checks=r) for n, r in self.records.items() if n in tables})
         if not self.gating(tables, ours.tables):
             return
-        from trimerge.lineage.tables.scratch import ScratchTransaction
+        from trimerge.lineage.scratch import ScratchTransaction
         from trimerge.merge.publish import apply_plans
 
         scratch = ScratchTransaction(self.repo, ours.tables, ours, f"checks of a merge into {self.dest}")

@@ -123,7 +123,7 @@ def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_ti
     on the built result before it publishes (the merge's data checks, :mod:`trimerge.merge.gates`):
     raising aborts."""
     tx = repo.transaction(dest, actor=actor, message=message, metadata=metadata)
-    tx.merging = True  # a merge may write a protected branch (lineage/safety/protection.py)
+    tx.merging = True  # a merge may write a protected branch (lineage/history/protection.py)
     tx.begin()
     try:
         if tx.base.id != dest_tip.id:

@@ -27,7 +27,7 @@ from trimerge.lineage.gates.checks import TIMEOUT_SETTING, CheckResult, judging
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TrimergeError
 from trimerge.lineage.storage.faults import crashpoint
-from trimerge.lineage.safety.protection import Protection, refuse
+from trimerge.lineage.history.protection import Protection, refuse
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.safety.temporaries import TemporaryBranch
 from trimerge.lineage.safety.temporaries import sweep as sweep_temporaries

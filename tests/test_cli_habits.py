@@ -43,7 +43,7 @@ def test_switch_c_creates_and_switches(cli, seeded):
     assert seeded.current_branch == "feat"
 
 
-@pytest.mark.parametrize("habit", ["checkout", "reset", "stash", "add", "pull"])
+@pytest.mark.parametrize("habit", ["checkout", "reset", "stash", "add", "restore"])
 def test_git_habits_name_the_trimerge_equivalent(cli, habit):
     res = cli(habit, "x")
     assert res.exit_code == 2 and len(res.stderr_lines) == 1

@@ -74,7 +74,7 @@ def test_protected_main_refuses_every_direct_write(gated):
     repo.branches.unprotect("other")
     assert not repo.branches.get("other").protected
     history = repo.branches.protection_history() if hasattr(repo.branches, "protection_history") else None
-    from trimerge.lineage.safety.protection import Protection
+    from trimerge.lineage.history.protection import Protection
 
     changes = Protection(repo).history()
     assert [(c.action, c.branch) for c in changes] == [("protect", "main"), ("protect", "other"), ("unprotect", "other")]

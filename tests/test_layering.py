@@ -3,19 +3,24 @@
 * dependencies point one way: ``lineage`` ← ``diff`` ← ``merge`` ← the ``trimerge`` facade (and
   its demo) ← the CLI; a module never imports from a layer above its own;
 * no module imports another module's private (``_underscore``) names;
-* modules stay near 600 lines (:data:`MAX_LINES` leaves a little slack).
+* modules stay under 600 lines;
+* the import-linter contracts in ``pyproject.toml`` (the layers, and the rooms inside lineage/) hold:
+  a well-kept tool reads them, so the rule is data, not this file.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("trimerge.lineage", "trimerge.diff", "trimerge.merge", "trimerge", "trimerge.cli")
-MAX_LINES = 650
+MAX_LINES = 600
 
 
 def module_name(path: Path) -> str:
@@ -69,6 +74,14 @@ def test_no_module_imports_another_modules_private_names():
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_modules_stay_near_600_lines(path):
+def test_modules_stay_under_600_lines(path):
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines: split it by concern"
+
+
+def test_import_linter_contracts_hold():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    done = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "BROKEN" not in done.stdout and "KEPT" in done.stdout

@@ -445,7 +445,7 @@ def test_kill_while_building_a_virtual_base_drops_its_forks_on_the_next_open(tmp
 
 
 def test_gc_leaves_the_lease_of_a_live_scratch_alone(tmp_path):
-    from trimerge.lineage.tables.scratch import ScratchTransaction
+    from trimerge.lineage.scratch import ScratchTransaction
 
     repo = _criss_cross(tmp_path / "repo")
     tip = repo.resolve("main")

@@ -188,7 +188,7 @@ MYPY_PENDING = {
     "lineage/storage/backends.py", "lineage/gates/blame.py", "lineage/safety/boundary.py", "lineage/tables/columnwrites.py",
     "lineage/history/commits.py", "lineage/storage/documents.py", "lineage/tables/filters.py", "lineage/tables/fragments.py",
     "lineage/safety/fsck.py", "lineage/safety/gc.py", "lineage/tables/keyed.py", "lineage/storage/lease.py", "lineage/history/reflog.py",
-    "lineage/repository.py", "lineage/tables/search.py", "lineage/tables/shortcuts.py", "lineage/tables/conversion.py",
+    "lineage/repository.py", "lineage/tables/search.py", "lineage/shortcuts.py", "lineage/tables/conversion.py",
     "lineage/transaction.py", "merge/classify.py", "merge/edits.py", "merge/gates.py", "merge/indices.py",
     "merge/plan.py", "merge/publish.py", "merge/rebase.py", "merge/resolve.py", "merge/result.py",
     "merge/spark.py",

@@ -82,6 +82,11 @@ from trimerge.lineage.tables.sql import register_table_function as _register_tab
 
 _register_table_function("diff", _sql_diff)
 
+# Repository.clone, repo.remotes, repo.fetch/pull/push: trimerge.remotes lives above merge.
+from trimerge.remotes import install as _install_remotes  # noqa: E402
+
+_install_remotes()
+
 
 def __getattr__(name: str):
     if name in _LAZY:

@@ -3,7 +3,7 @@
 Data checks (SQL that must return no rows) and their incremental passes, derived-column
 declarations, and blame (which commit last changed each cell).
 
-May import every other part of :mod:`trimerge.lineage`; nothing in lineage imports gates except
-the facade (:mod:`~trimerge.lineage.repository`), the transaction and the history verbs that must be
-judged by them.
+May import :mod:`~trimerge.lineage.tables` and every room below it, and the Protocols of
+:mod:`~trimerge.lineage.hosts`; only safety (gc forgets check passes) and the facade-level verbs
+(repository, transaction, restore) import gates.
 """

@@ -37,7 +37,7 @@ from trimerge.lineage.tables.filters import check_filter, plan_filter
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import HistoryReader
 
 VERSION = "_row_last_updated_at_version"
 
@@ -45,7 +45,7 @@ VERSION = "_row_last_updated_at_version"
 class _Lineage:
     """Lance branch ancestry of one dataset: where each branch was forked from."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "HistoryReader"):
         self.repo = repo
         self.forks: dict[str, dict[str, tuple[str, int]]] = {}
 
@@ -80,7 +80,7 @@ class _Lineage:
 class _History:
     """The ref's history for one table, walked once: each commit's continuation parent."""
 
-    def __init__(self, repo: "Repository", start: Commit, table: str, lineage: _Lineage):
+    def __init__(self, repo: "HistoryReader", start: Commit, table: str, lineage: _Lineage):
         self.repo, self.table, self.lineage = repo, table, lineage
         self.commits = {cid: repo.commit(cid) for cid in graphalg.iter_history(repo.commits, [start.id])}
         self._cont: dict[tuple[str, bool], str | None] = {}  # chains are walked once per row version group
@@ -118,7 +118,7 @@ class _History:
         return out
 
 
-def _lookup(repo: "Repository", tv: TableVersion, key: list[str], asked: "pa.Table", columns: list[str],
+def _lookup(repo: "HistoryReader", tv: TableVersion, key: list[str], asked: "pa.Table", columns: list[str],
             versions: bool = False) -> tuple[Any, "pa.Table"]:
     """The rows of ``tv`` whose keys ``asked`` (key columns and ``__i``, the rows' positions) holds:
     (the matched ``__i`` as a numpy array, ``tv``'s ``columns`` (null where absent) [and row
@@ -165,7 +165,7 @@ LOOKUP_THREADS = 2  # the writers' lookups side by side (Lance scans release the
 BROAD = 200_000  # keys beyond which a lookup reads the whole table and joins instead of filtering
 
 
-def blame(repo: "Repository", table: str, *, ref: str | None = None, where: str | None = None,
+def blame(repo: "HistoryReader", table: str, *, ref: str | None = None, where: str | None = None,
           columns: Sequence[str] | None = None, method: str = "auto") -> "pa.Table":
     """Key columns, then (with ``columns``) ``column``, then ``commit``, ``actor``, ``time`` and
     ``message`` of the last commit that changed each selected row (or cell) as of ``ref``.
@@ -236,7 +236,7 @@ class _Walker:
     (row versions, :meth:`_writers`), and there pass to the first parent holding the same value
     (compared column by column in Arrow, one lookup per writer and parent)."""
 
-    def __init__(self, repo: "Repository", history: _History, key: list[str], rows: "pa.Table", asked: "pa.Table",
+    def __init__(self, repo: "HistoryReader", history: _History, key: list[str], rows: "pa.Table", asked: "pa.Table",
                  start: str, start_versions: Any, values: Callable[[str, Any], Any]):
         self.repo, self.history, self.key, self.rows, self.asked = repo, history, key, rows, asked
         self.values = values  # (column, row positions) -> that column of those selected rows

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import lance
 
     from trimerge.lineage.commit import TableVersion
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import TableReader
 
 VERSION = "_row_last_updated_at_version"
 ADDRESS = "_rowaddr"
@@ -203,7 +203,7 @@ def writer_positions(versions: Any, row_versions: Any) -> Any:
     return (len(versions) - 1) - np.searchsorted(ascending, row_versions, side="left")
 
 
-def prepare(repo: "Repository", chain: Chain, ds: "lance.LanceDataset", key: list[str], read: list[str],
+def prepare(repo: "TableReader", chain: Chain, ds: "lance.LanceDataset", key: list[str], read: list[str],
             rows: pa.Table | None = None, force: bool = False) -> "ChainImages | None":
     """The chain's images for blaming the rows of ``ds`` (the ref's table): all of them (``rows``
     None) or ``rows`` (read with a filter, ``_rowaddr`` included). None where the exact walk must

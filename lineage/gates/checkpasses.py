@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from trimerge.lineage.gates.checks import Check
-    from trimerge.lineage.storage.documents import Documents
+    from trimerge.lineage.ports import DocumentStore
 
 FOLDER = "checks/passed"
 KEEP_VERSIONS = 8  # per Lance branch: merges chain from the latest; older entries only cost space
@@ -60,7 +60,7 @@ def record_key(dataset: str, lance_branch: str) -> str:
 class CheckPasses:
     """Read and add "passed at" records (``repo.docs``)."""
 
-    def __init__(self, docs: "Documents"):
+    def __init__(self, docs: "DocumentStore"):
         self.docs = docs
         self.engine = engine_identity()
 

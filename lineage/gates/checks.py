@@ -36,7 +36,7 @@ from trimerge.lineage.errors import AlreadyExistsError, CheckNotFoundError, Inva
 from trimerge.lineage.history.names import validate_branch_name, validate_table_name
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import ChecksHost
 
 SAMPLE_KEYS = 5  # failing rows' keys a result carries
 MAX_SQL = 100_000
@@ -307,7 +307,7 @@ def run_each(runs: Iterable[tuple[Check, Any, Sequence[str]]], timeout: float | 
 class Checks:
     """``repo.checks``: add, remove, list and run data checks."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "ChecksHost"):
         self.repo = repo
 
     def list(self, ref: str | None = None) -> list[Check]:

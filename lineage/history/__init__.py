@@ -2,9 +2,10 @@
 
 The content-addressed commit store, graph algorithms (merge bases, ancestry, order) over a small
 read-only protocol, branches, tags, ``HEAD``, the reflog, ref expressions (``main~2^2``),
-addresses, reset and restore, and the three-way merge of named definitions.
+addresses, branch protection, retention records of deleted branches, reset, and the three-way
+merge of named definitions.
 
-May import: :mod:`~trimerge.lineage.storage`, :mod:`~trimerge.lineage.commit`,
-:mod:`~trimerge.lineage.errors`, :mod:`~trimerge.lineage.display`; for gates and protection it
-takes what it needs as arguments or through the facade, never the table layer.
+May import: :mod:`~trimerge.lineage.storage` and the shared vocabulary (commit, errors,
+display); the Protocols it is given (:mod:`~trimerge.lineage.ports`) only for type checking. Never
+the table layer, gates or the facade.
 """

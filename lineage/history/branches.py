@@ -14,20 +14,20 @@ from trimerge.lineage.errors import (
     TagNotFoundError,
 )
 from trimerge.lineage.storage.faults import crashpoint
-from trimerge.lineage.safety.protection import Protection, refuse
+from trimerge.lineage.history.protection import Protection, refuse
 from trimerge.lineage.history.names import MAIN, is_addressable, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.history.refs import Branch, Tag, now
 from trimerge.lineage.history.reset import ResetResult  # at runtime too: typing.get_type_hints resolves it
-from trimerge.lineage.safety.retention import DeletionRecord
+from trimerge.lineage.history.retention import DeletionRecord
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import BranchesHost
 
 
 class BranchManager:
     """``repo.branches``: create, list, get and delete graph branches."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "BranchesHost"):
         self.repo = repo
 
     def get_or_none(self, name: str) -> Branch | None:
@@ -52,7 +52,7 @@ class BranchManager:
 
     def protect(self, name: str, *, actor: str | None = None) -> Branch:
         """Refuse direct writes to branch ``name`` from now on: it changes only by merges, reverts and
-        cherry-picks (see :mod:`trimerge.lineage.safety.protection`); recorded with actor and time."""
+        cherry-picks (see :mod:`trimerge.lineage.history.protection`); recorded with actor and time."""
         return Protection(self.repo).change(name, True, actor)
 
     def unprotect(self, name: str, *, actor: str | None = None) -> Branch:
@@ -167,7 +167,7 @@ class BranchManager:
 class TagManager:
     """``repo.tags``: immutable named commits; tagging pins the tagged table versions."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "BranchesHost"):
         self.repo = repo
 
     def get_or_none(self, name: str) -> Tag | None:

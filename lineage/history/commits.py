@@ -12,13 +12,16 @@ more than :data:`PREFETCH_LIMIT` of them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ulid import ULID
 
 from trimerge.lineage.commit import Commit, TableVersion, digest
-from trimerge.lineage.storage.documents import Documents, without_nonce
+from trimerge.lineage.storage.documents import without_nonce
 from trimerge.lineage.errors import CorruptRepositoryError, RefNotFoundError
+
+if TYPE_CHECKING:
+    from trimerge.lineage.ports import DocumentStore
 
 FOLDER = "commits"
 PREFETCH_AFTER = 32
@@ -33,7 +36,7 @@ def commit_key(commit_id: str) -> str:
 class CommitStore:
     """Read and create commits; also the commit graph seen by :mod:`trimerge.lineage.history.graph`."""
 
-    def __init__(self, docs: Documents):
+    def __init__(self, docs: "DocumentStore"):
         self.docs = docs
         self._cache: dict[str, Commit] = {}
         self._cold_reads = 0
@@ -55,7 +58,7 @@ class CommitStore:
         if c is not None:
             return c
         self._cold_reads += 1
-        if self._cold_reads == PREFETCH_AFTER and self.docs.backend.remote:
+        if self._cold_reads == PREFETCH_AFTER and self.docs.remote:
             self.prefetch()
             if commit_id in self._cache:
                 return self._cache[commit_id]
@@ -81,7 +84,7 @@ class CommitStore:
         from concurrent.futures import ThreadPoolExecutor
 
         keys = []
-        for key in self.docs.backend.keys_below(FOLDER):
+        for key in self.docs.keys_below(FOLDER):
             keys.append(key)
             if len(keys) > PREFETCH_LIMIT:
                 return
@@ -97,7 +100,7 @@ class CommitStore:
                     pass  # reported when (and if) the commit is really read
 
     def exists(self, commit_id: str) -> bool:
-        return commit_id in self._cache or self.docs.backend.get(commit_key(commit_id)) is not None
+        return commit_id in self._cache or self.docs.exists(commit_key(commit_id))
 
     def put(self, commit: Commit) -> None:
         """Store a commit (a no-op if the same id exists: ids are content digests)."""
@@ -118,7 +121,7 @@ class CommitStore:
     def ids_with_prefix(self, prefix: str) -> list[str]:
         prefix = prefix.lower()
         if len(prefix) < 2:
-            shards = [s for s in self.docs.backend.children(FOLDER) if s.startswith(prefix)]
+            shards = [s for s in self.docs.children(FOLDER) if s.startswith(prefix)]
         else:
             shards = [prefix[:2]]
         out = []

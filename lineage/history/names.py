@@ -26,6 +26,9 @@ INTERNAL_BRANCHES = frozenset({SCHEMA_LOCK_BRANCH})
 #: scratch transactions). No user can create a name with a segment ``__x__``, so cleaning these up
 #: can never touch a user's branch.
 TEMPORARY_SPACE = "__trimerge__"
+# Lease names of scratch transactions (gc sweeps their leftovers); older releases used the second.
+SCRATCH_PREFIX = f"{TEMPORARY_SPACE}/scratch/"
+SCRATCH_PREFIXES = (SCRATCH_PREFIX, "__scratch_")
 # Temporary branches the running code may write and resolve like branches (see ``addressing``).
 _ADDRESSABLE: ContextVar[frozenset[str]] = ContextVar("trimerge_addressable_temporaries", default=frozenset())
 

@@ -155,7 +155,8 @@ def resolve_base(name: str, ns: RefNamespace) -> str:
     """Resolve a ref name (no steps) to a full commit id.
 
     ``NAME@{N}`` is the N-th previous value of ``NAME`` in its reflog (when ``ns`` has a
-    ``reflog_value(name, n)`` method). Otherwise, in lakeFS order: a full 64-hex commit id, then a branch, then a tag, then a unique
+    ``reflog_value(name, n)`` method). Otherwise, in lakeFS order: a full 64-hex commit id, then a branch, then a tag,
+    then a remote-tracking ref ``REMOTE/BRANCH`` (when ``ns`` has ``tracking_tip(name)``), then a unique
     commit-id prefix of at least 4 hex digits. Hex ids are matched case-insensitively (like
     git). Raises :class:`AmbiguousRefError` (with ``candidates``) for a prefix matching
     several commits and :class:`RefNotFoundError` when nothing matches.
@@ -174,6 +175,10 @@ def resolve_base(name: str, ns: RefNamespace) -> str:
     target = ns.tag_target(name)
     if target is not None:
         return target
+    if "/" in name and hasattr(ns, "tracking_tip"):  # REMOTE/BRANCH: local branches and tags win, as in git
+        tracked = ns.tracking_tip(name)
+        if tracked is not None:
+            return tracked
     if _ID_PREFIX.fullmatch(lowered):
         matches = sorted(ns.ids_with_prefix(lowered))
         if len(matches) == 1:
@@ -189,7 +194,8 @@ def resolve_base(name: str, ns: RefNamespace) -> str:
                 candidates=matches,
             )
     hint = f" (commit-id prefixes need at least {_MIN_PREFIX} hex digits)" if len(name) < _MIN_PREFIX else ""
-    raise RefNotFoundError(f"ref {name!r} not found: no commit id, branch, tag or commit-id prefix matches{hint}")
+    raise RefNotFoundError(f"ref {name!r} not found: no commit id, branch, tag, remote-tracking ref or commit-id "
+                           f"prefix matches{hint}")
 
 
 def apply_steps(graph: CommitGraph, commit_id: str, steps: Sequence[Step], *, expr_text: str = "") -> str:

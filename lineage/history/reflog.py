@@ -32,8 +32,7 @@ from trimerge.lineage.history.names import MAIN, validate_branch_name
 from trimerge.lineage.history.refs import encode_name, now
 
 if TYPE_CHECKING:
-    from trimerge.lineage.storage.documents import Documents
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import DocumentStore, ReflogHost
 
 __all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "list_entries", "split_at_n", "validate_log_name"]
 
@@ -92,7 +91,7 @@ def chain(entries: list[ReflogEntry], current: str | None) -> list[ReflogEntry]:
 class Reflog:
     """``logs/``: the moves of every ref, newest first."""
 
-    def __init__(self, docs: "Documents"):
+    def __init__(self, docs: "DocumentStore"):
         self.docs = docs
 
     @staticmethod
@@ -128,7 +127,7 @@ class Reflog:
         """The refs that have entries."""
         from urllib.parse import unquote
 
-        return sorted(unquote(f) for f in self.docs.backend.folders(LOGS))
+        return sorted(unquote(f) for f in self.docs.folders(LOGS))
 
     def entries(self, ref: str, current: str | None) -> list[ReflogEntry]:
         """The moves of ``ref`` (whose value is now ``current``), newest first."""
@@ -161,7 +160,7 @@ class Reflog:
         return removed
 
 
-def list_entries(repo: "Repository", ref: str | None, limit: Any) -> list[ReflogEntry]:
+def list_entries(repo: "ReflogHost", ref: str | None, limit: Any) -> list[ReflogEntry]:
     """:meth:`Repository.reflog`: the moves of ``ref`` (every ref when None), newest first."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidOperationError(f"limit must be a non-negative whole number, not {limit!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import quote, unquote
 
 from trimerge.lineage.commit import Commit, format_time, parse_time
@@ -26,8 +26,14 @@ from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.history.names import MAIN, is_internal_branch
 
+if TYPE_CHECKING:
+    from trimerge.lineage import ports
+
 BRANCHES = "refs/branches"
 TAGS = "refs/tags"
+#: Remote-tracking refs ``refs/remotes/<remote>/<branch>.json`` ({commit}): where a remote's
+#: branches were at the last fetch or push (written by :mod:`trimerge.remotes`).
+REMOTES = "refs/remotes"
 HEAD = "HEAD"
 
 
@@ -61,7 +67,7 @@ class Branch:
     created_at: datetime
     parent: str | None  # branch it was created from (None for main or when created from a tag/commit)
     version: Any = field(default=None, compare=False, repr=False)  # of the ref document, for the swap
-    #: Whether the branch is protected (filled in by ``repo.branches``; see lineage/safety/protection.py).
+    #: Whether the branch is protected (filled in by ``repo.branches``; see lineage/history/protection.py).
     protected: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -175,6 +181,50 @@ class RefStore:
     def delete_tag(self, name: str) -> None:
         self.docs.delete(self.tag_key(name))
 
+    # -- remote-tracking refs (``REMOTE/BRANCH`` in ref expressions; remote names have no '/')
+    @staticmethod
+    def tracking_key(remote: str, branch: str) -> str:
+        return f"{REMOTES}/{encode_name(remote)}/{encode_name(branch)}.json"
+
+    def tracking(self, name: str) -> str | None:
+        """The commit remote-tracking ref ``REMOTE/BRANCH`` names; None if there is none."""
+        remote, sep, branch = name.partition("/") if _storable(name) else ("", "", "")
+        if not sep or not remote or not branch:
+            return None
+        found = self._parsed(self.tracking_key(remote, branch), lambda f: str(f.doc["commit"]))
+        return found
+
+    def tracking_names(self, remote: str) -> list[str]:
+        """The branches remote ``remote`` had at the last fetch or push."""
+        return sorted(unquote(k.rsplit("/", 1)[1].removesuffix(".json"))
+                      for k in self.docs.list(f"{REMOTES}/{encode_name(remote)}"))
+
+    def tracking_tips(self) -> list[str]:
+        """The commits every remote-tracking ref names (gc keeps them, as git keeps its remotes')."""
+        tips = []
+        for folder in self.docs.backend.children(REMOTES):
+            for key in self.docs.list(f"{REMOTES}/{folder}"):
+                doc = self.docs.get(key)
+                if not isinstance(doc, dict) or not isinstance(doc.get("commit"), str):
+                    raise CorruptRepositoryError(f"{self.docs.where}/{key}: malformed remote-tracking ref")
+                tips.append(doc["commit"])
+        return tips
+
+    def set_tracking(self, remote: str, branch: str, commit_id: str | None) -> None:
+        """Point ``REMOTE/BRANCH`` at ``commit_id`` (None: remove it). Only the local repository's
+        fetches and pushes write these; the last writer wins, as in git."""
+        key = self.tracking_key(remote, branch)
+        if commit_id is None:
+            self.docs.delete(key)
+            return
+        for _ in range(10):
+            found = self.docs.read(key, damaged_as_none=True)
+            if found is None and self.docs.create(key, {"commit": commit_id}) is not None:
+                return
+            if found is not None and self.docs.swap(key, {"commit": commit_id}, found.version) is not None:
+                return
+        raise ConcurrentWriteError(f"remote-tracking ref {remote}/{branch} is being changed by another process; retry")
+
     # -- HEAD
     def head(self) -> str:
         """The current branch's name as recorded (``main`` when there is no HEAD document). A HEAD
@@ -205,7 +255,7 @@ class RefStore:
         raise ConcurrentWriteError("HEAD is being changed by another process; retry")
 
 
-def publish(commits: CommitStore, refs: RefStore, branch: Branch, commit: Commit, *,
+def publish(commits: "ports.CommitStore", refs: "ports.RefStore", branch: Branch, commit: Commit, *,
             stored: bool = False) -> Branch:
     """Store ``commit`` (unless ``stored``) and move ``branch`` (as read by the writer) to it;
     returns the moved branch.

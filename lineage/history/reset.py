@@ -15,10 +15,10 @@ from trimerge.lineage.history import graph as graphalg
 from trimerge.lineage.errors import BranchNotFoundError, ConcurrentWriteError, RefSyntaxError
 from trimerge.lineage.storage.faults import crashpoint
 
-from trimerge.lineage.safety.protection import refuse
+from trimerge.lineage.history.protection import refuse
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import ResetHost
 
 __all__ = ["ResetResult", "reset", "unreachable_after"]
 
@@ -43,7 +43,7 @@ class ResetResult:
                 "unreachable": self.unreachable, "dry_run": self.dry_run}
 
 
-def unreachable_after(repo: "Repository", old: str, branch: str, new: str) -> int:
+def unreachable_after(repo: "ResetHost", old: str, branch: str, new: str) -> int:
     """How many commits ``old`` reaches that no branch or tag would reach once ``branch`` is at ``new``."""
     tips = [new] + [b.commit_id for b in repo.branches.list(include_internal=True) if b.name != branch]
     tips += [t.commit_id for t in repo.tags.list()]
@@ -51,7 +51,7 @@ def unreachable_after(repo: "Repository", old: str, branch: str, new: str) -> in
     return sum(1 for cid in graphalg.iter_history(repo.commits, [old]) if cid not in reached)
 
 
-def reset(repo: "Repository", name: str, ref: str, *, actor: str | None = None, dry_run: bool = False) -> ResetResult:
+def reset(repo: "ResetHost", name: str, ref: str, *, actor: str | None = None, dry_run: bool = False) -> ResetResult:
     """Move branch ``name`` to the commit ``ref`` names (any ref expression, ``NAME@{N}`` included).
 
     Bad input (no such branch, a ref that does not resolve) raises before anything is written; a

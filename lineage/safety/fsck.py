@@ -14,15 +14,40 @@ reclaims them (:mod:`trimerge.lineage.safety.orphans`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trimerge.lineage.history import graph as graphalg
-from trimerge.lineage.commit import TableVersion
+from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.safety.recovery import INTENTS, QUARANTINE, parse_intent
 
+from trimerge.lineage.ports import CommitStore, DeletionRecords, RefStore
+from trimerge.lineage.history.retention import ReclaimedCommits
+
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.storage.documents import Documents
+    from trimerge.lineage.storage.location import Location
+    from trimerge.lineage.tables.tablestore import TableStore
+
+
+class FsckHost(Protocol):
+    """What fsck reads: every store, as stored (the marker and leases are read as storage reads them)."""
+
+    @property
+    def docs(self) -> Documents: ...
+    @property
+    def commits(self) -> CommitStore: ...
+    @property
+    def refs(self) -> RefStore: ...
+    @property
+    def deletions(self) -> DeletionRecords: ...
+    @property
+    def reclaimed(self) -> ReclaimedCommits: ...
+    @property
+    def table_store(self) -> TableStore: ...
+    @property
+    def location(self) -> Location: ...
+    def commit(self, commit_id: str) -> Commit: ...
 
 
 @dataclass
@@ -50,7 +75,7 @@ def _problem(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, TrimergeError) else f"{type(exc).__name__}: {exc}"
 
 
-def check_repository(repo: "Repository") -> FsckReport:
+def check_repository(repo: "FsckHost") -> FsckReport:
     report = FsckReport()
     good_commits = _check_commits(repo, report)
     tips = _check_refs(repo, report, good_commits)
@@ -63,7 +88,7 @@ def check_repository(repo: "Repository") -> FsckReport:
     return report
 
 
-def _check_orphans(repo: "Repository", report: FsckReport) -> None:
+def _check_orphans(repo: "FsckHost", report: FsckReport) -> None:
     from trimerge.lineage.safety.orphans import find_orphans
 
     store = repo.table_store
@@ -79,7 +104,7 @@ def _check_orphans(repo: "Repository", report: FsckReport) -> None:
         report.orphan_bytes += sum(o.size for o in orphans)
 
 
-def _check_marker(repo: "Repository", report: FsckReport, good_commits: set[str]) -> None:
+def _check_marker(repo: "FsckHost", report: FsckReport, good_commits: set[str]) -> None:
     from trimerge.lineage.storage.marker import REPAIR, REPO_DOC, read_marker
 
     doc = _safely(report, REPO_DOC, lambda: read_marker(repo.docs))
@@ -93,7 +118,7 @@ def _check_marker(repo: "Repository", report: FsckReport, good_commits: set[str]
         report.problems.append(f"{where}: its root {root} is not the first commit (it has parents); {REPAIR}")
 
 
-def _check_leases(repo: "Repository", report: FsckReport) -> None:
+def _check_leases(repo: "FsckHost", report: FsckReport) -> None:
     from trimerge.lineage.storage.lease import Holder, damaged_lease
 
     for key in _safely(report, "leases", lambda: repo.docs.list("locks")) or []:
@@ -106,7 +131,7 @@ def _check_leases(repo: "Repository", report: FsckReport) -> None:
             report.problems.append(str(damaged_lease(repo.docs, key)))
 
 
-def _check_links(repo: "Repository", report: FsckReport) -> None:
+def _check_links(repo: "FsckHost", report: FsckReport) -> None:
     """Symbolic links under ``_trimerge/`` and ``tables/`` (local repositories): reported, never followed."""
     import os
 
@@ -126,7 +151,7 @@ def _check_links(repo: "Repository", report: FsckReport) -> None:
                         "one out of the repository; replace it with the file or folder it should be, or remove it")
 
 
-def _check_commits(repo: "Repository", report: FsckReport) -> set[str]:
+def _check_commits(repo: "FsckHost", report: FsckReport) -> set[str]:
     good = set()
     for cid in repo.commits.all_ids():
         report.commits += 1
@@ -138,7 +163,7 @@ def _check_commits(repo: "Repository", report: FsckReport) -> set[str]:
     return good
 
 
-def _check_refs(repo: "Repository", report: FsckReport, good_commits: set[str]) -> list[str]:
+def _check_refs(repo: "FsckHost", report: FsckReport, good_commits: set[str]) -> list[str]:
     tips = []
     refs = repo.refs
     checks = [(f"branch {n}", lambda n=n: refs.branch(n)) for n in refs.branch_names(include_internal=True)]
@@ -178,7 +203,7 @@ def _safely(report: FsckReport, what: str, call: Any) -> Any:
         return None
 
 
-def _check_notes(repo: "Repository", report: FsckReport) -> None:
+def _check_notes(repo: "FsckHost", report: FsckReport) -> None:
     docs = repo.docs
     for key in docs.list(INTENTS):
         try:
@@ -187,11 +212,11 @@ def _check_notes(repo: "Repository", report: FsckReport) -> None:
                 parse_intent(doc)
         except Exception as exc:
             report.problems.append(f"recovery note {key}: {_problem(exc)}")
-    for key in docs.backend.keys_below(QUARANTINE):
+    for key in docs.keys_below(QUARANTINE):
         report.problems.append(f"recovery note {key}: quarantined (could not be parsed); inspect and delete it")
 
 
-def _check_tables(repo: "Repository", report: FsckReport, tips: list[str]) -> None:
+def _check_tables(repo: "FsckHost", report: FsckReport, tips: list[str]) -> None:
     from trimerge.lineage.tables.importing import missing_sources
 
     seen: set[tuple[str, str, int]] = set()

@@ -1,9 +1,10 @@
 """gc: reclaim the storage that no branch, tag, recent deletion or in-flight write needs.
 
-**What is kept.** Every commit reachable from a branch or a tag; every commit reachable from a
+**What is kept.** Every commit reachable from a branch, a tag or a remote-tracking ref; every commit reachable from a
 branch or tag deleted less than ``retention`` ago (``deleted/`` records); everything an in-flight
 write may still publish (its intent: the Lance branches it touches, its base, planned commit and the
-commits it refers to). Their table versions stay readable. **What goes:** datasets and Lance forks
+commits it refers to), and what a push in flight uploads (:mod:`trimerge.lineage.safety.incoming`).
+Their table versions stay readable. **What goes:** datasets and Lance forks
 no kept commit uses, Lance versions no kept commit names (aborted writes, a transaction's
 intermediate versions), files no version names at all once older than the retention and an hour
 (writes refused through the namespace or killed before their commit: :mod:`trimerge.lineage.safety.orphans`),
@@ -45,7 +46,7 @@ import time
 from urllib.parse import unquote
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from ulid import ULID
 
@@ -54,14 +55,34 @@ from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import CorruptRepositoryError
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.storage.lease import Lease
+from trimerge.lineage.safety import incoming
 from trimerge.lineage.safety.orphans import ORPHAN_GRACE_SECONDS, find_orphans, remove_orphans
 from trimerge.lineage.safety.recovery import INTENTS
 from trimerge.lineage.history.refs import now
-from trimerge.lineage.safety.retention import DONE, DeletionLog, ReclaimedCommits
+from trimerge.lineage.history.retention import DONE, DeletionLog, ReclaimedCommits
 from trimerge.lineage.tables.tablestore import FORK_NAME
 
+from trimerge.lineage.hosts import ServedHost
+from trimerge.lineage.ports import CommitStore, RefStore, TagLookup
+
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.storage.documents import Documents
+
+
+class GcHost(ServedHost, Protocol):
+    """What gc reads and reclaims: every store (documents as stored: its lease, stale temporary files)."""
+
+    @property
+    def docs(self) -> Documents: ...
+    @property
+    def commits(self) -> CommitStore: ...
+    @property
+    def refs(self) -> RefStore: ...
+    @property
+    def tags(self) -> TagLookup: ...
+    @property
+    def lock_timeout(self) -> float: ...
+    def commit(self, commit_id: str) -> Commit: ...
 
 GC_LEASE = "locks/__gc__.lock"
 LEGACY_RECLAIM = "reclaim"  # per-branch leftovers of versions before gc; nothing reads them now
@@ -135,7 +156,7 @@ class Roots:
 class Collector:
     """One gc run over one repository (see the module docstring for the protocol)."""
 
-    def __init__(self, repo: "Repository", retention: timedelta, *, warn: Callable[[str], None] | None = None):
+    def __init__(self, repo: "GcHost", retention: timedelta, *, warn: Callable[[str], None] | None = None):
         self.repo = repo
         self.retention = retention
         self.started = now()
@@ -217,10 +238,13 @@ class Collector:
                 starts += list(commit.parents)
                 for tv in commit.tables.values():
                     roots.keep(tv)
+        for pushed in incoming.live(repo.docs):  # pushes in flight: kept until their ref has moved
+            roots.touched.update((str(d), str(b)) for d, b in pushed.get("touched", []))
+            starts += [c for c in pushed.get("commits", []) if repo.commits.exists(c)]
         crashpoint("gc_intents_read")
         branches = repo.branches.list(include_internal=True)
         tags = repo.tags.list()
-        starts += [b.commit_id for b in branches] + [t.commit_id for t in tags]
+        starts += [b.commit_id for b in branches] + [t.commit_id for t in tags] + repo.refs.tracking_tips()
         roots.tags = {t.name for t in tags}
         for record in self.deletions.records():
             if not record.expired(self.retention, self.started) and record.commit_id not in condemned:
@@ -357,6 +381,7 @@ class Collector:
         for key in self.repo.docs.list(LEGACY_RECLAIM):
             self.repo.docs.delete(key)
         self.sweep_scratch_leases()
+        incoming.expire(self.repo.docs)
         self.delete_pinned_copies()
 
     def delete_pinned_copies(self) -> None:
@@ -374,7 +399,7 @@ class Collector:
         """Delete the lease documents of scratch transactions (a merge's virtual base) whose process
         died: a closed scratch deletes its own; one nobody holds and no intent names is a leftover.
         Taking the lease first means a live scratch is never touched."""
-        from trimerge.lineage.tables.scratch import SCRATCH_PREFIXES
+        from trimerge.lineage.history.names import SCRATCH_PREFIXES
 
         docs = self.repo.docs
         named = set()

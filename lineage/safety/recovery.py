@@ -24,7 +24,7 @@ from trimerge.lineage.errors import CorruptRepositoryError, StorageError
 from trimerge.lineage.history.refs import Branch, now, publish
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import RecoveryHost
 
 INTENTS = "intents"
 QUARANTINE = "quarantine"
@@ -62,7 +62,7 @@ def parse_intent(doc: Any) -> dict[str, Any]:
 class Recovery:
     """Repairs interrupted writes of one repository."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "RecoveryHost"):
         self.repo = repo
 
     # -- finding work
@@ -116,10 +116,8 @@ class Recovery:
 
     def _quarantine(self, key: str) -> None:
         docs = self.repo.docs
-        stored = docs.backend.get(key)
-        if stored is None:
+        if not docs.copy(key, f"{QUARANTINE}/{key.rsplit('/', 1)[1]}.{ULID()}"):
             return
-        docs.backend.create(f"{QUARANTINE}/{key.rsplit('/', 1)[1]}.{ULID()}", stored.data)
         docs.delete(key)
 
     # -- repairing one intent

@@ -25,12 +25,11 @@ from ulid import ULID
 from trimerge.lineage.commit import format_time
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 from trimerge.lineage.storage.faults import crashpoint
-from trimerge.lineage.storage.lease import Lease
 from trimerge.lineage.history.names import addressing, is_temporary_branch, temporary_branch_name
 from trimerge.lineage.history.refs import Branch, now
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import LeaseHandle, TemporariesHost
 
 JOURNAL = "temporaries"
 OWNER_SUFFIX = "-owner"
@@ -46,7 +45,7 @@ def _journal_key(ulid: str) -> str:
 class TemporaryBranch:
     """One temporary branch: :meth:`create` it at a commit, :meth:`remove` it when done."""
 
-    def __init__(self, repo: "Repository", kind: str, purpose: str):
+    def __init__(self, repo: "TemporariesHost", kind: str, purpose: str):
         self.repo = repo
         self.ulid = str(ULID()).lower()
         self.name = temporary_branch_name(kind, self.ulid)
@@ -86,14 +85,14 @@ def purpose_label(purpose: str) -> str:
     return f"temporary branch ({purpose})"
 
 
-def _remove(repo: "Repository", name: str, ulid: str | None) -> None:
+def _remove(repo: "TemporariesHost", name: str, ulid: str | None) -> None:
     repo.refs.delete_branch(name)
     repo.docs.delete(repo.branch_lease(name, "").key)
     if ulid is not None:
         repo.docs.delete(_journal_key(ulid))
 
 
-def _busy_branches(repo: "Repository") -> set[str]:
+def _busy_branches(repo: "TemporariesHost") -> set[str]:
     """Branches an interrupted write still names: recovery repairs those before they can go."""
     from trimerge.lineage.safety.recovery import INTENTS
 
@@ -108,7 +107,7 @@ def _busy_branches(repo: "Repository") -> set[str]:
     return out
 
 
-def _take_dead(repo: "Repository", owner_name: str) -> Lease | None:
+def _take_dead(repo: "TemporariesHost", owner_name: str) -> "LeaseHandle | None":
     """The owner's lease, taken, when its holder is dead or gone; None while it lives (or is damaged)."""
     lease = repo.branch_lease(owner_name, "clean up a dead computation's temporary branch")
     try:
@@ -117,7 +116,7 @@ def _take_dead(repo: "Repository", owner_name: str) -> Lease | None:
         return None
 
 
-def sweep(repo: "Repository") -> list[str]:
+def sweep(repo: "TemporariesHost") -> list[str]:
     """Remove the temporary branches whose owner died; returns their names."""
     docs = repo.docs
     journal = docs.list(JOURNAL)
@@ -151,7 +150,7 @@ def _lease_name(key: str) -> str:
     return unquote(key.rsplit("/", 1)[-1].removesuffix(".lock"))
 
 
-def _sweep_legacy(repo: "Repository", keys: list[str], busy: set[str]) -> list[str]:
+def _sweep_legacy(repo: "TemporariesHost", keys: list[str], busy: set[str]) -> list[str]:
     """Older versions' rebase branches, removed only where their own owner lease proves them."""
     removed = []
     for key in keys:

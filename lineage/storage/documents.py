@@ -8,10 +8,11 @@ succeed.
 
 from __future__ import annotations
 
+import builtins
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ulid import ULID
 
@@ -94,6 +95,33 @@ class Documents:
 
     def delete(self, key: str) -> None:
         self.backend.delete(key)
+
+    # -- keys, for stores that name documents by folder (commits, reflog): the backend's answers
+    @property
+    def remote(self) -> bool:
+        """Whether requests cross a network (then reading many documents at once pays)."""
+        return bool(self.backend.remote)
+
+    def exists(self, key: str) -> bool:
+        return self.backend.get(key) is not None
+
+    def copy(self, key: str, dest: str) -> bool:
+        """Copy the stored bytes of ``key`` to ``dest`` as they are (parsable or not), if ``dest`` is
+        absent; False when ``key`` is absent."""
+        stored = self.backend.get(key)
+        if stored is None:
+            return False
+        self.backend.create(dest, stored.data)
+        return True
+
+    def children(self, prefix: str) -> builtins.list[str]:
+        return self.backend.children(prefix)
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        return self.backend.folders(prefix)
+
+    def keys_below(self, prefix: str) -> Iterator[str]:
+        return self.backend.keys_below(prefix)
 
 
 _POOL: ThreadPoolExecutor | None = None

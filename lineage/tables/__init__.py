@@ -2,9 +2,10 @@
 
 The table store (one Lance dataset per table lineage, forks as Lance branches), conversion of user
 data to Arrow, filters, keyed/row/column/fragment writes, zero-copy import, indices, search, table
-upkeep, scratch transactions, SQL over refs, and pinned copies of fork states served to other
-Lance clients.
+upkeep, one row's history (entities), SQL over refs, pinned copies of fork states served to other
+Lance clients, and relocation of a copied repository's fork manifests (basepaths, relocation).
 
 May import: :mod:`~trimerge.lineage.storage`, :mod:`~trimerge.lineage.history`,
-:mod:`~trimerge.lineage.commit`, :mod:`~trimerge.lineage.errors`.
+:mod:`~trimerge.lineage.ports` and the shared vocabulary; :mod:`~trimerge.lineage.hosts` (the
+Protocols naming the table store) only for type checking.
 """

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import lance
 
     from trimerge.lineage.commit import TableVersion
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import TableLocations
 
 
 #: Row replacements of at least this many rows write the new rows beside the deletion of the old.
@@ -33,7 +33,7 @@ class FragmentWrites:
     """Row-id and fragment writes of a transaction (see the module docstring)."""
 
     if TYPE_CHECKING:  # what this part uses of the Transaction it is mixed into
-        repo: Repository
+        repo: TableLocations
         _tables: dict[str, TableVersion]
         _ops: list[str]
 

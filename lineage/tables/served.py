@@ -49,7 +49,7 @@ from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.storage.location import META_DIR
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import ServedHost
 
 __all__ = ["CLIENT_WRITE", "SERVED_DIR", "Served", "refuse_lance_branch", "refused_extras", "remove_pinned_leftovers",
            "serve", "stale_pinned_locations", "staged_pinned", "take_commit"]
@@ -96,7 +96,7 @@ class Served:
         return f"{store_path(self.location)}/_versions/{manifest_name(self.version)}"
 
 
-def serve(repo: "Repository", tv: TableVersion, what: str) -> Served:
+def serve(repo: "ServedHost", tv: TableVersion, what: str) -> Served:
     """The managed location of ``tv``: its dataset root on Lance ``main``, else a pinned clone."""
     if tv.lance_branch == "main":
         return Served(repo.dataset_path(tv), tv.version, pinned=False)
@@ -145,7 +145,7 @@ def _staging_key(served: Served, request: Any, what: str) -> tuple[str, str]:
     return staged, final
 
 
-def remove_pinned_leftovers(repo: "Repository", served: Served) -> None:
+def remove_pinned_leftovers(repo: "ServedHost", served: Served) -> None:
     """Remove what a refused write left in a pinned location: everything but the clone's manifest,
     version hint and transaction (a refused write's data, deletion and index files, its transaction
     and staging manifest). Best effort: the pinned location is a cache and stays exact regardless,
@@ -272,7 +272,7 @@ def _manifest_contents(manifest: bytes) -> tuple[set[str], set[str]]:
     return deletions, indices
 
 
-def refused_extras(repo: "Repository", tv: TableVersion, served: Served, request: Any) -> list[str]:
+def refused_extras(repo: "ServedHost", tv: TableVersion, served: Served, request: Any) -> list[str]:
     """Keys (below ``tables/``) of the deletion files and index folders a refused write staged at a
     table's own dataset folder: named by its staging manifest and by no version it was built on.
     Their names are random (``<fragment>-<version>-<random>``, a fresh uuid), so no other write's
@@ -310,7 +310,7 @@ def _index_uuids(ds: Any) -> set[str]:
         return {str(i["uuid"]) for i in ds.list_indices()}
 
 
-def stale_pinned_locations(repo: "Repository") -> list[str]:
+def stale_pinned_locations(repo: "ServedHost") -> list[str]:
     """Pinned locations (folders below ``_trimerge/``) of fork states no stored commit has any more:
     for gc to remove (``repo.location.backend(META_DIR).delete_tree(folder)``). A pinned location
     holds a manifest that names the fork's files; once gc reclaims those files it reads nothing."""
@@ -334,7 +334,7 @@ _TXN_NAME = re.compile(rb"[0-9]+-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 _REPLAYED = ("Append", "Delete", "Update", "CreateIndex")
 
 
-def _pinned_folder(repo: "Repository", tv: TableVersion, staged: str) -> str | None:
+def _pinned_folder(repo: "ServedHost", tv: TableVersion, staged: str) -> str | None:
     """The pinned folder (below ``_trimerge/``) of a fork of ``tv``'s dataset a staging manifest is
     in, if it is (a client handle stays on the location it opened while the ref moves on)."""
     prefix = store_path(repo.location.join(META_DIR)) + "/"
@@ -347,7 +347,7 @@ def _pinned_folder(repo: "Repository", tv: TableVersion, staged: str) -> str | N
     return "/".join(parts[:4])
 
 
-def _in_dataset_folder(repo: "Repository", tv: TableVersion, staged: str) -> bool:
+def _in_dataset_folder(repo: "ServedHost", tv: TableVersion, staged: str) -> bool:
     """Whether a staging manifest is in ``tv``'s dataset's own ``_versions`` (its Lance ``main``)."""
     folder = f"{store_path(repo.dataset_path(tv))}/_versions/"
     return staged.startswith(folder) and ".manifest-" in staged[len(folder):] and "/" not in staged[len(folder):]
@@ -517,7 +517,7 @@ def replay_on_fork(ns: Any, table: str, ref: str, tv: TableVersion, request: Any
         version=tv.version + 1, manifest_path=staged, manifest_size=field(request, "manifest_size")))
 
 
-def staged_pinned(repo: "Repository", tv: TableVersion, request: Any) -> Served | None:
+def staged_pinned(repo: "ServedHost", tv: TableVersion, request: Any) -> Served | None:
     """The pinned location a client staged a write in (any fork of ``tv``'s dataset), if it did."""
     folder = _pinned_folder(repo, tv, str(field(request, "manifest_path") or ""))
     if folder is None:

@@ -21,7 +21,7 @@ from trimerge.lineage.errors import InvalidOperationError
 if TYPE_CHECKING:  # pyarrow only when a query runs: `import trimerge` (which registers functions) stays light
     import pyarrow as pa
 
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import SqlHost
 
 #: Longest query text accepted.
 MAX_QUERY_CHARS = 100_000
@@ -39,7 +39,7 @@ def register_table_function(name: str, fn: TableFunction) -> None:
     TABLE_FUNCTIONS[name.lower()] = fn
 
 
-def run_sql(repo: "Repository", query: Any, ref: str | None = None, timeout: float | None = None) -> pa.Table:
+def run_sql(repo: "SqlHost", query: Any, ref: str | None = None, timeout: float | None = None) -> pa.Table:
     """The rows of ``query`` with its tables at ``ref`` (default: the current branch)."""
     import duckdb
 
@@ -87,7 +87,7 @@ def _parse(query: Any) -> Any:
     return read_only_query(query, "sql", "only queries (SELECT ..., WITH ... SELECT ...) run here; nothing may write")
 
 
-def _relations(repo: "Repository", tree: Any, default_ref: str) -> dict[str, Any]:
+def _relations(repo: "SqlHost", tree: Any, default_ref: str) -> dict[str, Any]:
     """What each table of ``tree`` names, registered under that name: Lance datasets at refs and
     table functions' rows (whose calls are replaced by the names, in ``tree``)."""
     from sqlglot import exp
@@ -110,7 +110,7 @@ def _relations(repo: "Repository", tree: Any, default_ref: str) -> dict[str, Any
     return relations
 
 
-def _call(repo: "Repository", call: Any) -> pa.Table:
+def _call(repo: "SqlHost", call: Any) -> pa.Table:
     from sqlglot import exp
 
     fname = (call.name if isinstance(call, exp.Anonymous) else call.sql_name()).lower()

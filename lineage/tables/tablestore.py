@@ -69,10 +69,14 @@ class TableStore:
         _check_component(lance_branch, "Lance branch")
         self.files.check_inside(_check_component(dataset, "dataset") if lance_branch == "main"
                                 else f"{dataset}/tree/{lance_branch}")
-        ds = _tables().open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
-        if self.moved_from and lance_branch != "main":
-            self._check_not_moved(dataset, lance_branch, ds)
-        return ds
+        if self.moved_from and lance_branch != "main":  # a fork's manifests name the old place: never read there
+            from trimerge.lineage.tables.relocation import moved_message, still_moved
+
+            if still_moved(self.location):  # (unless another process has relocated it since)
+                raise RepositoryMovedError(f"table data {dataset} ({lance_branch}) still refers to the old location: "
+                                           f"{moved_message(self.moved_from, self.location.uri)}")
+            self.moved_from = None
+        return _tables().open_version(self.uri(dataset), lance_branch, version, self.options, self.session)
 
     def open_version(self, tv: TableVersion) -> lance.LanceDataset:
         """The data of a commit's table, with a clear error when it is gone or moved."""
@@ -89,29 +93,6 @@ class TableStore:
                     "after its branch was deleted") from None
             raise
         return ds
-
-    def _check_not_moved(self, dataset: str, lance_branch: str, ds: lance.LanceDataset) -> None:
-        """A fork's manifest records its parent's absolute location; after a move it points back there."""
-        here = self.location.uri.rstrip("/") + "/"
-        old = str(self.moved_from).rstrip("/") + "/"
-        for base in ds.base_paths().values():  # an imported table's source lies elsewhere on purpose
-            if not str(base.path).startswith(here) and str(base.path).startswith(old) \
-                    and not self._same_place_on_disk(str(base.path)):
-                raise RepositoryMovedError(
-                    f"table data {dataset} ({lance_branch}) still refers to the repository's old location "
-                    f"{self.moved_from} (Lance forks record absolute paths); move or copy the repository back "
-                    f"to {self.moved_from}, or make that path point to {self.location.uri}")
-
-    def _same_place_on_disk(self, path: str) -> bool:
-        """Whether ``path`` (an old location) leads here once links are resolved: a symbolic link
-        from the old place to the new one is a working repair."""
-        import os
-
-        if not self.location.is_local or "://" in path:
-            return False
-        here = os.path.realpath(self.location.uri)
-        there = os.path.realpath(path)
-        return there == here or there.startswith(here + os.sep)
 
     def has_data(self, tv: TableVersion) -> bool:
         """Whether the dataset (and the Lance branch, for a fork) still exists."""

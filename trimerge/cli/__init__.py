@@ -1,7 +1,7 @@
 """The ``trimerge`` command line: the application in :mod:`~trimerge.cli.app`, one module per family
 of commands (tables, history, diffs, merging). Importing it registers every command."""
 
-from trimerge.cli import diffs, editing, gates, history, importing, indices, merging, search, serve, sql, status, tables  # noqa: F401 - registers the commands
+from trimerge.cli import diffs, editing, gates, history, importing, indices, merging, relocate, remotes, search, serve, sql, status, tables  # noqa: F401 - registers the commands
 from trimerge.cli.app import Context, cli, main
 from trimerge.cli.habits import polish
 

@@ -214,6 +214,9 @@ def cli(ctx: click.Context, path: str | None, storage_options: tuple[str, ...], 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
+    from trimerge.cli.startup import install
+
+    install()  # pandas stays out of the process unless Spark needs it (trimerge.cli.startup)
     try:
         cli.main(args=argv, prog_name="trimerge")
     except BrokenPipeError:
@@ -309,8 +312,6 @@ def check_output_path(output: str | None, fmt: str, what: str = "-o") -> None:
 
 def print_table(table, fmt: str, output: str | None, limit: int | None = None) -> None:
     """Print or write an Arrow table as text, JSON, JSON lines, CSV, Parquet or a Lance dataset."""
-    import polars as pl
-
     if output is not None and fmt == "table":  # a caller's default: the file's extension decides
         fmt = DATA_EXTENSIONS.get(output_suffix(output), "table")
     check_output_path(output, fmt)
@@ -332,18 +333,21 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
             fresh = not is_remote(output) and not local_path(output, uri=True).exists()
             lance.write_dataset(table, output, mode="create" if fresh else "overwrite")
         return
-    from trimerge.lineage.tables.arrowtypes import to_polars
-
-    df = to_polars(table)  # decimal256 too (polars panics on it)
     if fmt == "json":
         text = json.dumps(table.to_pylist(), indent=2, default=str)
     elif fmt == "jsonl":
         text = "\n".join(json.dumps(r, default=str) for r in table.to_pylist())
-    elif fmt == "csv":
-        text = df.write_csv()
-    else:
-        with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40):
-            text = str(df)
+    else:  # polars writes CSV and draws the table (imported only then: a quarter of a second)
+        import polars as pl
+
+        from trimerge.lineage.tables.arrowtypes import to_polars
+
+        df = to_polars(table)  # decimal256 too (polars panics on it)
+        if fmt == "csv":
+            text = df.write_csv()
+        else:
+            with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40):
+                text = str(df)
     if output:
         Path(output).write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
     else:

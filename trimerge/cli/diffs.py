@@ -105,11 +105,15 @@ def diff_options(fn):
               help="Candidate plan to start from (one whose precondition fails falls back to the next exact one).")
 @click.option("--verify", is_flag=True, default=None,
               help="Check every table against the brute-force diff (exit 4 on a difference; also TRIMERGE_VERIFY=1).")
+@click.option("--where", default=None, metavar="SQL",
+              help="Only rows whose before or after values match this SQL filter (as read --where); "
+                   "counts count those.")
 @common
 def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, columns, engine, spark_master,
-             verbose, plan, verify) -> None:
+             verbose, plan, verify, where) -> None:
     """Show what changed: A B (tip vs tip), A..B, or A...B (merge base of A and B vs B); tables
-    named after the refs (or with --table) limit it to them."""
+    named after the refs (or with --table) limit it to them, --where to the rows a filter selects
+    on either side (a row that left the filter's range shows as an update)."""
     from trimerge.diff import diff as run_diff
     from trimerge.lineage.history.address import is_address, parse_address
 
@@ -117,6 +121,12 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
     refs, named = (refs[:1], refs[1:]) if ".." in refs[0] else (refs[:2], refs[2:])
     tables = tuple(tables) + tuple(named)
     fmt = diff_format(obj, fmt, output, stat, name_only)
+    if where is not None:
+        from trimerge.diff.where import check_where
+
+        check_where(where)  # one expression, before any ref is resolved or table opened
+        if engine == "spark" or spark_master:
+            fail("--where runs on the local engine: leave out --engine spark and --spark-master")
     for r in refs:
         repository = parse_address(r).repository if is_address(r) else None
         if repository is not None:
@@ -128,7 +138,7 @@ def diff_cmd(obj: Context, refs, tables, stat, name_only, limit, fmt, output, co
 
         spark = get_spark(spark_master, verbose=verbose)
     d = run_diff(refs[0], refs[1] if len(refs) == 2 else None, repo=repo, tables=list(tables) or None, engine=engine,
-                 spark=spark, plan=plan, verify=verify or None)
+                 spark=spark, plan=plan, verify=verify or None, where=where)
     render_diff(obj, repo, d, stat=stat, name_only=name_only, limit=limit, fmt=fmt, output=output, columns=columns)
 
 

@@ -9,16 +9,13 @@ from ulid import ULID
 
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.history.names import TEMPORARY_SPACE, temporary_branch_name
+from trimerge.lineage.history.names import SCRATCH_PREFIX, temporary_branch_name
 from trimerge.lineage.history.refs import Branch, now
 from trimerge.lineage.transaction import Transaction
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.hosts import TransactionHost
 
-# Lease names of scratch transactions (see gc for their leftovers); older versions used the second.
-SCRATCH_PREFIX = f"{TEMPORARY_SPACE}/scratch/"
-SCRATCH_PREFIXES = (SCRATCH_PREFIX, "__scratch_")
 
 
 class ScratchTransaction(Transaction):
@@ -30,7 +27,7 @@ class ScratchTransaction(Transaction):
 
     scratch = True
 
-    def __init__(self, repo: "Repository", tables: Mapping[str, TableVersion], base: Commit, purpose: str):
+    def __init__(self, repo: "TransactionHost", tables: Mapping[str, TableVersion], base: Commit, purpose: str):
         ulid = str(ULID())
         super().__init__(repo, temporary_branch_name("scratch", ulid), actor="trimerge:scratch", message=purpose,
                          metadata=None)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ulid import ULID
 
 from trimerge.lineage.commit import format_time, parse_time
-from trimerge.lineage.storage.documents import Documents
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError, DataReclaimedError
+
+if TYPE_CHECKING:
+    from trimerge.lineage.ports import DocumentStore
 
 DELETED = "deleted"
 RECLAIMED = "gc/reclaimed.json"
@@ -46,7 +48,7 @@ class DeletionRecord:
 class DeletionLog:
     """``deleted/``: written by branch and tag deletion before the ref goes, read by gc after refs."""
 
-    def __init__(self, docs: Documents):
+    def __init__(self, docs: DocumentStore):
         self.docs = docs
 
     def record(self, kind: str, name: str, commit_id: str, at: datetime) -> str:
@@ -79,7 +81,7 @@ class DeletionLog:
 class ReclaimedCommits:
     """``gc/reclaimed.json``: commit id → gc run id (being reclaimed) or ``"reclaimed"``."""
 
-    def __init__(self, docs: Documents):
+    def __init__(self, docs: DocumentStore):
         self.docs = docs
 
     def read(self) -> tuple[dict[str, str], Any]:

@@ -18,7 +18,7 @@ from trimerge.lineage.errors import ConcurrentWriteError, ProtectedBranchError
 from trimerge.lineage.history.refs import Branch, now
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import ProtectionHost
 
 PROTECTION_DOC = "protection.json"
 
@@ -39,7 +39,7 @@ class ProtectionChange:
 class Protection:
     """The protected branches of a repository (read fresh each time: another process may change them)."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: "ProtectionHost"):
         self.repo = repo
 
     def _read(self) -> tuple[dict[str, Any], Any]:
@@ -86,7 +86,7 @@ class Protection:
         return [replace(b, protected=b.name in names) for b in branches]
 
 
-def refuse(repo: "Repository", branch: str, what: str) -> None:
+def refuse(repo: "ProtectionHost", branch: str, what: str) -> None:
     """Raise :class:`ProtectedBranchError` if ``branch`` is protected (``what``: the refused write)."""
     if isinstance(branch, str) and Protection(repo).is_protected(branch):
         raise ProtectedBranchError(f"branch {branch!r} is protected: {what} refused; change it by merging a branch "

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
 from trimerge.lineage.history.names import validate_table_name
-from trimerge.lineage.safety.protection import refuse
+from trimerge.lineage.history.protection import refuse
 
 if TYPE_CHECKING:
-    from trimerge.lineage.repository import Repository
+    from trimerge.lineage.ports import RestoreHost
 
 __all__ = ["RestoreResult", "restore"]
 
@@ -50,7 +50,7 @@ class RestoreResult:
                 "keep_gates": self.keep_gates}
 
 
-def restore(repo: "Repository", table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
+def restore(repo: "RestoreHost", table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
             message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> RestoreResult:
     """Make ``table`` on ``branch`` (default: the current one) what it was at ``ref``, as one commit;
     it keeps the branch's checks and derived declarations unless ``keep_gates=False`` (see above)."""
@@ -99,7 +99,7 @@ def same_state(a: TableVersion, b: TableVersion) -> bool:
     return a.location == b.location and a.checks == b.checks and a.derived == b.derived
 
 
-def with_gates(repo: "Repository", table: str, ref: str, then: TableVersion | None,
+def with_gates(repo: "RestoreHost", table: str, ref: str, then: TableVersion | None,
                now_: TableVersion | None) -> TableVersion | None:
     """``then`` (the table at ``ref``) carrying the checks and derived declarations ``now_`` has;
     :class:`InvalidOperationError` when the restored table cannot carry them."""

@@ -1,0 +1,79 @@
+"""Remotes: clone beside a plain copy, a one-row push and pull (bytes and time), a fetch of many
+metadata-only commits.
+
+Run: ``python benchmarks/bench_remotes.py [--rows N] [--commits N]`` (defaults: 2,000,000 rows,
+1,000 commits). Local disk only; the S3 variants run in tests/test_remotes_s3.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from common import fresh_dir, print_table
+
+import trimerge
+
+
+def tree_bytes(path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--commits", type=int, default=1_000)
+    args = parser.parse_args()
+    root = fresh_dir("remotes-bench")
+    n = args.rows
+    origin = trimerge.Repository.init(root / "origin")
+    rng = np.random.default_rng(7)
+    origin.create_table("t", pa.table({"k": pa.array(np.arange(n)), "a": rng.random(n), "b": rng.integers(0, 1 << 60, n),
+                                       "s": pa.array([f"row-{i}" for i in range(n)])}), primary_key="k")
+    size = tree_bytes(root / "origin")
+    rows = []
+
+    os.sync()
+    t0 = time.perf_counter()
+    shutil.copytree(root / "origin", root / "plain-copy")
+    os.sync()  # a clone is durable (each file flushed before it is linked into place): so is the copy compared
+    t_cp = time.perf_counter() - t0
+    os.sync()
+    t0 = time.perf_counter()
+    clone = trimerge.Repository.clone(origin.uri, root / "clone")
+    os.sync()
+    t_clone = time.perf_counter() - t0
+    rows.append({"operation": f"copytree + sync of the repository ({size / 1e6:.0f} MB)", "seconds": t_cp, "bytes": size})
+    rows.append({"operation": "clone of the same", "seconds": t_clone, "bytes": clone.bytes})
+
+    a = clone.repository
+    b = trimerge.Repository.clone(origin.uri, root / "other").repository
+    a.upsert("t", pa.table({"k": [n // 2], "a": [0.5], "b": [1], "s": ["changed"]}))
+    t0 = time.perf_counter()
+    pushed = a.push()
+    rows.append({"operation": "one-row push", "seconds": time.perf_counter() - t0, "bytes": pushed.bytes})
+    t0 = time.perf_counter()
+    pulled = b.pull()
+    rows.append({"operation": "one-row pull (fast-forward)", "seconds": time.perf_counter() - t0, "bytes": pulled.bytes})
+
+    for i in range(args.commits):  # metadata-only commits: a data check added and removed
+        if i % 2 == 0:
+            origin.checks.add("positive", "t", "SELECT * FROM t WHERE a < 0", message=f"c{i}")
+        else:
+            origin.checks.remove("positive", message=f"c{i}")
+    t0 = time.perf_counter()
+    fetched = b.fetch()
+    rows.append({"operation": f"fetch of {fetched.commits:,} metadata-only commits", "seconds": time.perf_counter() - t0,
+                 "bytes": fetched.bytes})
+    print_table(rows, ["operation", "seconds", "bytes"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
