@@ -45,6 +45,7 @@ def test_data_commands_run_without_pandas(small, verb):
     assert res.stdout.strip().splitlines()[-1] == "['lance', 'pyarrow']"
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="pyspark is not installed")
 def test_pandas_comes_back_when_pyspark_is_imported():
     res = run_python("""
 import sys

@@ -112,7 +112,10 @@ def test_indices_deletions_and_tags_travel(origin, tmp_path):
     assert [r.ref for r in copy.fetch(tags=True).refs] == ["tags/v2"]
     assert copy.read("t", ref="v2").equals(origin.read("t", ref="v2"))
     copy.create_index("t", "k", "BTREE", name="k_idx", branch="main")
-    copy.push()
+    copy.tags.create("clash", "main")
+    origin.tags.create("clash", "rel")
+    pushed = copy.push(tags=True)
+    assert pushed.rejected == ["tags/clash"] and origin.resolve("clash").id == origin.resolve("rel").id
     assert sorted(i.name for i in origin.indices("t")) == ["k_idx", "v_idx"] and origin.fsck().ok
 
 

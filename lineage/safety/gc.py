@@ -15,7 +15,8 @@ Only what trimerge creates is ever removed: folders named ``<table>-<ulid>`` and
 **Protocol** (one collector at a time, under the ``__gc__`` lease):
 
 1. *List* the candidates: datasets, their forks and versions, and every stored commit id.
-2. *Read the roots*, always in this order: intents, then refs, then deletion records, then the
+2. *Read the roots*, always in this order: intents (and the ``incoming/`` records of
+   transfers in flight), then refs (remote-tracking refs included), then deletion records, then the
    reflog entries younger than ``retention`` (a ref move records its entry before it moves).
 3. *Condemn*: record the listed commits that no root reaches in ``gc/reclaimed.json`` (state: this run).
 4. *Read the roots again*, and take back every condemned commit they now reach.

@@ -51,6 +51,8 @@ def _summary(result: Any) -> list[str]:
         old = r.old[:10] if r.old else "(new)"
         new = r.new[:10] if r.new else "(removed)"
         lines.append(f"  {r.ref}: {old} -> {new}")
+    lines += [f"  {ref}: rejected (exists on the other side at another commit; tags never move)"
+              for ref in result.rejected]
     return lines
 
 

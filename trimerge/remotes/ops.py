@@ -73,6 +73,8 @@ class RemoteResult:
     files: int = 0
     bytes: int = 0
     refs: list[RefUpdate] = field(default_factory=list)
+    #: Tags left alone because the other side has them on another commit (tags never move).
+    rejected: list[str] = field(default_factory=list)
     #: ``up-to-date``, ``fast-forward``, ``merged``, ``created`` or ``done`` (fetch, clone).
     status: str = "done"
     merge: Any = None  # a pull's MergeResult when it merged
@@ -87,7 +89,7 @@ class RemoteResult:
     def to_json(self) -> dict[str, Any]:
         out = {"operation": self.operation, "remote": self.remote, "uri": self.uri, "status": self.status,
                "commits": self.commits, "files": self.files, "bytes": self.bytes,
-               "refs": [r.to_json() for r in self.refs]}
+               "refs": [r.to_json() for r in self.refs], "rejected": list(self.rejected)}
         if self.merge is not None:
             out["merge"] = {"status": self.merge.status, "commit": getattr(self.merge.commit, "id", None)}
         return out
@@ -137,9 +139,13 @@ def _copy_tag(tag: "Tag", dst: Repository) -> bool:
 
 
 def _tags(src: Repository, dst: Repository, result: RemoteResult, prefix: str = "") -> None:
+    """Copy the tags ``dst`` lacks; a tag it has on another commit is never moved (``rejected``)."""
     for tag in src.tags.list():
-        if dst.refs.tag(tag.name) is None and _copy_tag(tag, dst):
+        theirs = dst.refs.tag(tag.name)
+        if theirs is None and _copy_tag(tag, dst):
             result.refs.append(RefUpdate(f"{prefix}tags/{tag.name}", None, tag.commit_id))
+        elif theirs is not None and theirs.commit_id != tag.commit_id:
+            result.rejected.append(f"{prefix}tags/{tag.name}")
 
 
 def _is_empty(location: Location) -> bool:
@@ -309,6 +315,7 @@ def push(repo: Repository, remote: str | None = None, branch: str | None = None,
          progress: Progress | None = None) -> RemoteResult:
     """Make the remote's ``branch`` (default: the current branch) what it is here: fast-forward
     only, refused with "fetch and merge first" otherwise; ``tags``: also the tags it lacks."""
+    repo.check_writable()  # its remote-tracking ref moves too
     name = remote or ORIGIN
     config = Remotes(repo).get(name)
     branch = repo.default_ref(branch)
