@@ -203,6 +203,18 @@ def reads(repo, server) -> dict:
         older = db.open_table("items", namespace_path=["feat~1"])  # an older state of a forked branch
         out["older_filtered"] = rows(older.search().where("id >= 3").to_arrow())
         out["plain"] = rows(db.open_table("items").to_arrow())
+        # LanceDB pushing its queries down: the server runs them at the ref (an Arrow IPC answer)
+        pushed = lancedb.connect_namespace("rest", {{"uri": {server[1].url!r}, "headers.Authorization": "Bearer {READ}"}},
+                                           namespace_client_pushdown_operations=["QueryTable"])
+        out["pushed"] = {{ref: rows(pushed.open_table("items", namespace_path=[ref]).search().where("id >= 2")
+                                   .limit(100).to_arrow()) for ref in {REFS!r}}}
+        out["pushed_vector"] = [r["id"] for r in pushed.open_table("items", namespace_path=["feat~1"])
+                                .search([1.0, 0.5]).limit(2).select(["id", "name"]).to_list()]
+        try:
+            pushed.open_table("items", namespace_path=["main"]).search().where("id = 1; DROP TABLE items").limit(5).to_arrow()
+            out["pushed_bad"] = "answered"
+        except Exception as exc:
+            out["pushed_bad"] = str(exc)
     """)
 
 
@@ -225,6 +237,16 @@ def test_lancedb_over_rest_with_a_token_lists_opens_and_reads_refs(repo, reads):
     assert not any("zebra" in r["name"] for r in reads["lancedb"]["feat~1"]) and reads["lancedb"]["feat~1"] == older
     assert reads["older_filtered"] == [r for r in older if r["id"] >= 3]
     assert reads["plain"] == rows(repo.read("items", ref="main"))
+
+
+@pytest.mark.slow
+def test_lancedb_queries_pushed_down_to_the_server_read_exactly_each_ref(repo, reads):
+    for ref in REFS:
+        assert reads["pushed"][ref] == [r for r in rows(repo.read("items", ref=ref)) if r["id"] >= 2], ref
+    at = repo.read("items", ref="feat~1").to_pylist()
+    nearest = sorted(at, key=lambda r: (r["vec"][0] - 1.0) ** 2 + (r["vec"][1] - 0.5) ** 2)[:2]
+    assert reads["pushed_vector"] == [r["id"] for r in nearest]
+    assert "one SQL expression" in reads["pushed_bad"]
 
 
 @pytest.mark.slow
@@ -379,3 +401,37 @@ def test_serves_an_object_store_repository_without_handing_out_credentials(s3_ur
     assert out["plain"][0].startswith("s3://") and out["plain"][1] is None
     assert out["sharing"][1] == options
     assert out["rows"] == rows(repo.read("items", ref="feat~1"))
+
+
+def query(url: str, ref: str, body: dict) -> tuple[int, object]:
+    """``query_table`` over HTTP: the rows (an Arrow IPC file), or the status and error."""
+    req = urllib.request.Request(f"{url}/v1/table/{ref}$items/query", data=json.dumps(
+        {"id": [ref, "items"], "vector": {}, **body}).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.headers["Content-Type"] == "application/vnd.apache.arrow.file"
+            return resp.status, pa.ipc.open_file(pa.py_buffer(resp.read())).read_all()
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.slow
+def test_a_branch_that_moves_is_queried_at_its_new_state(repo, server):
+    url = server[0].url
+    repo.branches.create("moving", from_ref="main")
+    try:
+        got, first = query(url, "moving", {"k": 100, "filter": "id > 1"})
+        assert got == 200 and rows(first) == [r for r in rows(repo.read("items", "moving")) if r["id"] > 1]
+        repo.upsert("items", items([70], " moved"), branch="moving")
+        got, second = query(url, "moving", {"k": 100, "filter": "id > 1", "columns": {"column_names": ["id", "name"]}})
+        assert got == 200 and second.column_names == ["id", "name"]
+        assert rows(second) == [r for r in rows(repo.read("items", "moving")) if r["id"] > 1] != rows(first)
+        got, old = query(url, "moving~1", {"k": 2, "offset": 1})  # the old state stays readable by its ref
+        assert got == 200 and old.num_rows == 2
+        stale = repo.table_version("items", "moving~1").version
+        got, answer = query(url, "moving", {"k": 5, "version": stale})  # a handle opened before the move
+        assert got == 404 and "open the table again" in answer["error"]
+        got, answer = query(url, "moving", {"k": 5, "full_text_query": {"string_query": {"query": "x"}}})
+        assert got == 406 and "full-text" in answer["error"]
+    finally:
+        repo.branches.delete("moving", force=True)

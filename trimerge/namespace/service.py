@@ -11,6 +11,10 @@
   a fork's state (Lance branch ``tree/f-<ulid>``, which Lance will not open managed by path) at a
   pinned location, a shallow clone of exactly that version (see
   :mod:`trimerge.lineage.tables.served`), so a plain ``open_table(name)`` is exact for every ref;
+* ``query_table`` runs a query a LanceDB connection pushes down
+  (``namespace_client_pushdown_operations=["QueryTable"]``) on the ref's table version with pylance
+  and answers an Arrow IPC file (:mod:`trimerge.namespace.query`); without the pushdown LanceDB runs
+  the query in its own engine, which reads in 1024-row batches (about 4x pylance's time on a scan);
 * ``DescribeTableRequest.branch`` / ``.tag`` name trimerge branches and tags; any other ref
   (``main~2``, a commit id, ``feat^``) is either the ``ref`` property or a child namespace: table id
   ``[REF, TABLE]`` (``db.open_table(TABLE, namespace_path=[REF])``). A Lance branch Lance itself
@@ -41,6 +45,7 @@ from trimerge.lineage.history.names import MAIN
 from trimerge.lineage.safety.orphans import discard_refused_write
 from trimerge.lineage.safety.recovery import INTENTS
 from trimerge.namespace.hook import CLASS_PATH, IMPL_NAME
+from trimerge.namespace.query import run_query
 from trimerge.lineage.tables.served import (Served, refuse_lance_branch, refused_extras, remove_pinned_leftovers,
                                              serve, staged_pinned, take_commit)
 from trimerge.lineage.repository import Repository
@@ -259,6 +264,17 @@ class TrimergeNamespace(ln.LanceNamespace):
         except (OSError, ValueError, RuntimeError) as exc:
             raise ln.InvalidInputError(f"count rows of {table} at {ref}: {lance_message(exc)[:300]}") from None
         return ln.CountTableRowsResponse(count=count)
+
+    def query_table(self, request: Any) -> bytes:
+        """A LanceDB query pushed down to the namespace (``namespace_client_pushdown_operations=
+        ["QueryTable"]``), run on exactly the table's version at the ref: an Arrow IPC file."""
+        table, ref, _, tv = self._table_version(request)
+        asked = _field(request, "version")
+        if asked is not None and asked != tv.version:
+            raise ln.TableVersionNotFoundError(
+                f"{table} at {ref} is Lance version {tv.version}, not {asked}: open the table again to read the "
+                f"ref's current state, or name another ref ([REF, TABLE] id) to read an older one")
+        return run_query(self.repo.open_table_version(tv), request, f"{table} at {ref}")
 
     def list_table_versions(self, request: Any) -> ln.ListTableVersionsResponse:
         """One version: the one the ref pins (Lance asks this for a managed table's latest)."""

@@ -19,10 +19,11 @@ from lance_namespace_urllib3_client.models import ErrorResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from trimerge.lineage.errors import TrimergeError, one_line
+from trimerge.namespace.query import ARROW_FILE
 from trimerge.namespace.service import TrimergeNamespace
 from trimerge.serve.config import ServeConfig
 from trimerge.serve.routes import Op, build_request, find_op, split_path
@@ -171,7 +172,7 @@ def build_app(config: ServeConfig) -> Starlette:
     """The application; opening the repository (and checking the ref) happens here, not per request."""
     service = _Service(config)
 
-    async def dispatch(request: Request) -> JSONResponse:
+    async def dispatch(request: Request) -> Response:
         started = time.perf_counter()
         who = "-"
         try:
@@ -196,7 +197,10 @@ def build_app(config: ServeConfig) -> Starlette:
                     await run_in_threadpool(service.refuse_write, grant, model, exc)
                 raise
             response = await run_in_threadpool(service.call, op, grant, model)
-            result = JSONResponse(service.answer(op, grant, response))
+            if op.method == "query_table":  # the rows themselves, as LanceDB's clients read them back
+                result: Response = Response(response, media_type=ARROW_FILE)
+            else:
+                result = JSONResponse(service.answer(op, grant, response))
         except ln.LanceNamespaceError as exc:
             result = _error(exc)
         except TrimergeError as exc:

@@ -43,6 +43,7 @@ _READ = {
     ("table", "describe"): Op("describe_table", ln.DescribeTableRequest, table=True),
     ("table", "exists"): Op("table_exists", ln.TableExistsRequest, table=True),
     ("table", "count_rows"): Op("count_table_rows", ln.CountTableRowsRequest, table=True),
+    ("table", "query"): Op("query_table", ln.QueryTableRequest, table=True),  # answered as an Arrow IPC file
     ("table", "version/list"): Op("list_table_versions", ln.ListTableVersionsRequest, table=True),
     ("table", "version/describe"): Op("describe_table_version", ln.DescribeTableVersionRequest, table=True),
     ("table", "version/create"): Op("create_table_version", ln.CreateTableVersionRequest, write=True, table=True),
