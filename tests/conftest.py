@@ -241,7 +241,8 @@ def run_script():
 
 @pytest.fixture(scope="session")
 def spark():
-    """One SparkSession for the whole suite (Spark tests only; skipped without PySpark or Java)."""
+    """One SparkSession for the whole suite (Spark tests only; skipped without PySpark or Java).
+    Its tests share one xdist group, so only one worker starts it."""
     import shutil
 
     pyspark = pytest.importorskip("pyspark")  # noqa: F841
@@ -258,7 +259,8 @@ def spark():
 def local_cluster():
     """One Spark ``local-cluster[2,1,1024]`` driver process for the whole suite (separate executor
     JVMs and Python workers); ``local_cluster.run(code)`` runs a script there with ``spark`` bound.
-    Starting the five JVMs takes 30-90 s, so the tests that need them share one cluster."""
+    Starting the five JVMs takes 30-90 s, so the tests that need them share one cluster (and one
+    xdist group: one worker starts it)."""
     pytest.importorskip("pyspark")
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         pytest.skip("Java is not installed")

@@ -98,6 +98,28 @@ def test_clone_reads_every_ref_and_names_nothing_of_the_source(origin, tmp_path,
     assert copy.fsck().ok and origin.fsck().ok
 
 
+@pytest.mark.parametrize("hardlinks", [True, False], ids=["linked", "copied"])
+def test_a_local_clone_links_immutable_files_and_both_sides_stay_independent(origin, tmp_path, monkeypatch, hardlinks):
+    """As git does for a local source: data files are hard links (no bytes copied); fork manifests,
+    which name their repository, are rewritten copies. Writes and gc on either side leave the other whole."""
+    if not hardlinks:
+        monkeypatch.setenv("TRIMERGE_NO_HARDLINKS", "1")
+    copy = trimerge.Repository.clone(origin.uri, tmp_path / "copy").repository
+    data = [p for p in (Path(copy.uri) / "tables").rglob("*.lance")]
+    assert data and all((p.stat().st_nlink > 1) == hardlinks for p in data)
+    for p in (Path(copy.uri) / "tables").rglob("*.manifest"):
+        if "/tree/" in p.as_posix():
+            assert p.stat().st_nlink == 1
+    before = digest(Path(origin.uri))
+    copy.upsert("t", T(k=[0, 7], v=["changed", "seven"]))
+    copy.delete("t", "k = 3")
+    copy.gc(retention=0)
+    assert digest(Path(origin.uri)) == before and origin.fsck().ok
+    assert {r["k"]: r["v"] for r in rows(origin)}[0] == "zero" and copy.fsck().ok
+    origin.upsert("t", T(k=[1], v=["origin"]))
+    assert {r["k"]: r["v"] for r in rows(copy)}[1] == "v1"
+
+
 def test_indices_deletions_and_tags_travel(origin, tmp_path):
     origin.create_index("t", "v", "BTREE", name="v_idx")
     origin.delete("t", "k = 9")

@@ -93,6 +93,26 @@ def stream_copy(src: Any, dst: Any, key: str) -> int | None:
     return None
 
 
+def link_copy(src: Any, dst: Any, key: str) -> int | None:
+    """Between two directories on one file system, give ``dst`` a hard link to ``src``'s file, as
+    ``git clone`` does for a local source: the files below ``tables/`` that travel unchanged are
+    immutable (Lance writes new files and replaces documents by rename, never in place), so sharing
+    an inode shares nothing that can change. The file's size (0: ``dst`` had it), or None when a
+    link is impossible here (other file systems, a bucket, no permission): the caller copies."""
+    if not (isinstance(src, LocalBackend) and isinstance(dst, LocalBackend)) or os.environ.get("TRIMERGE_NO_HARDLINKS"):
+        return None
+    source, target = src.root / key, dst.root / key
+    try:
+        size = source.stat().st_size
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(source, target)
+        return size
+    except FileExistsError:
+        return 0
+    except OSError:  # EXDEV (another file system), EPERM, EMLINK...: copy instead
+        return None
+
+
 def copy_streaming(src: Any, dst: Any, key: str, where: str) -> int | None:
     """:func:`stream_copy`, with a storage failure as one :class:`StorageError` line naming ``where``."""
     import obstore.exceptions as ox

@@ -38,7 +38,7 @@ from trimerge.lineage.safety import incoming
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.storage.location import TABLES_DIR
 from trimerge.lineage.tables.relocation import rebase_manifest, rebase_transaction
-from trimerge.remotes.copying import STREAM_BYTES, copy_streaming, size_of
+from trimerge.remotes.copying import STREAM_BYTES, copy_streaming, link_copy, size_of
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
@@ -267,6 +267,9 @@ class Transfer:
     def _copy(self, key: str) -> int:
         """Copy one file below ``tables/`` unless ``dst`` has it; the bytes written."""
         rewritten = "/tree/" in key and key.endswith((".manifest", ".txn"))
+        linked = None if rewritten else link_copy(self.src_files, self.dst_files, key)
+        if linked is not None:
+            return linked
         size = size_of(self.src_files, key)
         if not rewritten and (size is None or size >= STREAM_BYTES):  # None: in a bucket, its size known once read
             streamed = copy_streaming(self.src_files, self.dst_files, key, self.src.location.join(TABLES_DIR, key))
