@@ -24,7 +24,6 @@ in each snapshot, so that key appears nowhere else on either side.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Literal, Sequence
@@ -38,7 +37,7 @@ from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import read_deltas
 from trimerge.diff.images import BeforeImages, restrict_rows
-from trimerge.diff.narrowrows import changes_fill_candidates, rows_of_changed_columns
+from trimerge.diff.narrowrows import rows_of_changed_columns, rows_through_pairs
 from trimerge.diff.schemas import SchemaChange, index_changes, schema_changes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
 from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
@@ -97,7 +96,6 @@ class TableDiff:
         self.before_snapshot = before
         self.after_snapshot = after
         self._memory_budget = memory_budget_bytes(memory_budget)
-        self._budget_asked = memory_budget is not None or bool(os.environ.get("TRIMERGE_DIFF_MEMORY"))
         self._changed: ChangedRows | None = None
         self._rows: pa.Table | None = None
         self._counts: DiffCounts | None = None
@@ -277,13 +275,8 @@ class TableDiff:
             return rows_of_changed_columns(self)
         if isinstance(columns, str) and columns != "all":
             raise InvalidOperationError(f"rows(columns=...) takes 'all', 'changed' or a list of names, not {columns!r}")
-        if self._changed is None and self.engine == "local" and not self._budget_asked and \
-                changes_fill_candidates(self):  # every row is returned: a spill would save no memory
-            budget, self._memory_budget = self._memory_budget, 1 << 62
-            try:
-                self._changed_rows()
-            finally:
-                self._memory_budget = budget
+        if self._changed is None and self.engine == "local" and not self.verify:  # column pairs: no join, no spill
+            self._changed = rows_through_pairs(self)
         rows = self.rows_with_row_ids().drop_columns([BEFORE_ROWID, AFTER_ROWID])
         return rows if columns is None or isinstance(columns, str) else project_rows(rows, columns)
 

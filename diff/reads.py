@@ -80,7 +80,9 @@ def scan_ids(snap: Snapshot, ids: pa.Array | RowIdSet, columns: Sequence[str] | 
     for t in scan(snap, columns):
         hit = index.contains(t.column(ROWID).to_numpy())
         found += int(hit.sum())
-        if hit.any():
+        if hit.all():
+            yield t  # a dense read (a backfill's every row): no copy
+        elif hit.any():
             yield t.filter(pa.array(hit))
     if found != len(index):
         raise PlanAssumptionError(f"{snap.tv.dataset}: {len(index) - found} row id(s) not found")
