@@ -1,4 +1,5 @@
-"""Wall time of metadata-only CLI verbs on a small repository, beside ``python -c pass``.
+"""Wall time of CLI verbs on a small repository (100 rows), beside ``python -c pass``: metadata
+verbs, and the data verbs ``read`` and ``diff`` (issue 42: they start in at most 0.6 s).
 
 Run: ``python benchmarks/bench_cli.py``. Each verb runs 9 times as a fresh process; medians.
 """
@@ -19,7 +20,9 @@ import trimerge
 
 VERBS = [["--version"], ["--help"], ["log"], ["log", "-n", "3"], ["rev-parse", "main~2"],
          ["merge-base", "main", "dev"], ["branch", "list"], ["tag", "list"], ["commit", "list"],
-         ["commit", "show", "main"], ["switch", "dev"], ["switch", "main"]]
+         ["commit", "show", "main"], ["switch", "dev"], ["switch", "main"],
+         ["read", "t"], ["read", "t", "--format", "json"], ["read", "t", "--limit", "3"],
+         ["diff", "main", "main~1"], ["diff", "main", "dev"], ["diff", "main", "dev", "--json"]]
 
 
 def wall(argv: list[str], repeat: int = 9) -> float:

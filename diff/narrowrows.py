@@ -98,11 +98,13 @@ def completed(td: "TableDiff", narrow: pa.Table, target: pa.Schema) -> pa.Table:
     key = list(td.primary_key)
     structs = []
     for side, name, wanted in ((0, "before", ids[0]), (1, "after", ids[1])):
-        rows = pa.concat_tables(images[side]) if images[side] else None
-        at = None if rows is None else positions(rows.column(ROWID), wanted)
+        if not images[side]:
+            return td.complete(narrow).cast(target)  # the keyed way: values decide
+        rows = pa.concat_tables(images[side])
+        at = positions(rows.column(ROWID), wanted)
         struct_type = target.field(name).type
         if at is None or not _same_types(rows.schema, struct_type) or len(wanted) != narrow.num_rows:
-            return td.complete(narrow).cast(target)  # the keyed way: values decide
+            return td.complete(narrow).cast(target)
         if not np.array_equal(at, np.arange(rows.num_rows)):
             rows = rows.take(pa.array(at))
         if not all(rows.column(k).equals(narrow.column(k)) for k in key if rows.schema.field(k).type ==

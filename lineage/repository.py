@@ -31,11 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.storage.lazyimport import lazy_module
-from trimerge.lineage.history.reflog import ReflogEntry
-from trimerge.lineage.restore import RestoreResult
 
 if TYPE_CHECKING:
     import lance
@@ -45,15 +42,22 @@ if TYPE_CHECKING:
     from trimerge.lineage.tables import indices as indices_module
     from trimerge.lineage import transaction as transaction_module
     from trimerge.lineage.transaction import Transaction
-else:  # what annotations name, imported on first use (typing.get_type_hints): startup stays light
+    from trimerge.lineage.gates import checks as checks_module
+    from trimerge.lineage.history import reflog as reflog_module
+    from trimerge.lineage import restore as restore_module
+    from trimerge.lineage.safety import fsck as fsck_module, gc as gc_module
+else:  # what annotations name, and the managers a command may not use, imported on first use
+    # (typing.get_type_hints resolves them then): startup stays light
     lance, pa, pc = lazy_module("lance"), lazy_module("pyarrow"), lazy_module("pyarrow.compute")
     indices_module, transaction_module = lazy_module("trimerge.lineage.tables.indices"), lazy_module("trimerge.lineage.transaction")
+    checks_module, reflog_module = lazy_module("trimerge.lineage.gates.checks"), lazy_module("trimerge.lineage.history.reflog")
+    restore_module = lazy_module("trimerge.lineage.restore")
+    fsck_module, gc_module = lazy_module("trimerge.lineage.safety.fsck"), lazy_module("trimerge.lineage.safety.gc")
 
 from trimerge.lineage.tables import entities
 from trimerge.lineage.history import graph as graphalg
 from trimerge.lineage.history.address import Address, parse_address
 from trimerge.lineage.history.branches import BranchManager, TagManager
-from trimerge.lineage.gates.checks import Checks
 from trimerge.lineage.commit import Commit, TableVersion, format_time
 from trimerge.lineage.history.commits import CommitStore
 from trimerge.lineage.storage.documents import Documents
@@ -68,9 +72,6 @@ from trimerge.lineage.errors import (
 from trimerge.lineage.storage.lease import Lease
 from trimerge.lineage.storage.location import META_DIR, Location
 from trimerge.lineage.storage.marker import REPO_DOC, read_marker, refuse_to_init
-from trimerge.lineage.tables.filters import check_filter, plan_filter
-from trimerge.lineage.safety.fsck import FsckReport, check_repository
-from trimerge.lineage.safety.gc import Collector, GcReport, as_retention
 from trimerge.lineage.storage.settings import Settings
 from trimerge.lineage.shortcuts import TableWrites
 from trimerge.lineage.history.retention import DeletionLog, ReclaimedCommits
@@ -81,21 +82,31 @@ from trimerge.lineage.history.refexpr import resolve as resolve_expr
 from trimerge.lineage.history.refs import Branch, RefStore, Tag, encode_name, now
 from trimerge.lineage.tables import relocation
 from trimerge.lineage.tables.tablestore import TableStore
+# clone, fetch, pull, push and ``repo.remotes``: registered by trimerge.remotes when ``trimerge`` is imported.
+from trimerge.lineage.extensions import REMOTE_OPERATIONS, register_remote_operations  # noqa: F401
 
 
 #: How long gc keeps the commits of a deleted branch or tag (git keeps unreachable objects 2 weeks).
 DEFAULT_RETENTION = timedelta(days=7)
-CleanupReport = GcReport  # the name before gc had a retention period
 
 __all__ = ["Branch", "CleanupReport", "FsckReport", "GcReport", "Ref", "Repository", "RecoveryReport", "Tag", "Transaction"]
 
 
-def __getattr__(name: str) -> Any:
-    """``Transaction`` on first use: importing it imports pyarrow, which metadata-only commands never need."""
-    if name == "Transaction":
-        from trimerge.lineage.transaction import Transaction
+#: Names of this module imported on first use: ``Transaction`` imports pyarrow, which metadata-only
+#: commands never need; the reports, the managers of gc and fsck. ``CleanupReport``: ``GcReport``'s
+#: name before gc had a retention period.
+_LAZY = {"Transaction": ("trimerge.lineage.transaction", "Transaction"),
+         "GcReport": ("trimerge.lineage.safety.gc", "GcReport"),
+         "CleanupReport": ("trimerge.lineage.safety.gc", "GcReport"),
+         "FsckReport": ("trimerge.lineage.safety.fsck", "FsckReport")}
 
-        return Transaction
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(name)
 
 
@@ -142,15 +153,6 @@ class _RefNamespace:
         return self.repo.refs.tracking(name)
 
 
-#: clone, fetch, pull, push and ``repo.remotes`` live above merge (:mod:`trimerge.remotes`, which
-#: registers them here when ``trimerge`` is imported): {"clone": f(src, dst, **kw), "remotes": f(repo), ...}.
-REMOTE_OPERATIONS: dict[str, Callable[..., Any]] = {}
-
-
-def register_remote_operations(**operations: Callable[..., Any]) -> None:
-    REMOTE_OPERATIONS.update(operations)
-
-
 class Repository(TableWrites):
     """A multi-table Lance repository with git-style commits, branches and tags.
 
@@ -193,7 +195,7 @@ class Repository(TableWrites):
                                   message="Repository created", metadata={}, branch=MAIN, tables={})
         repo.commits.put(root)
         for name in (MAIN, SCHEMA_LOCK_BRANCH):
-            repo.refs.create_branch(Branch(name, root.id, str(ULID()), created, None), actor=root.actor,
+            repo.refs.create_branch(Branch(name, root.id, new_ulid(), created, None), actor=root.actor,
                                     reason="init: repository created")
         # Written last: a location without repo.json is not a repository (an interrupted init).
         doc = {"format": 1, "created_at": format_time(created), "root": root.id, "location": location.uri}
@@ -306,7 +308,7 @@ class Repository(TableWrites):
                                     f"switch: moving from {before} to {b.name}")
         return b
 
-    def reflog(self, ref: str | None = None, limit: int | None = None) -> list["ReflogEntry"]:
+    def reflog(self, ref: str | None = None, limit: int | None = None) -> list[reflog_module.ReflogEntry]:
         """The moves of ``ref`` (a branch, or ``HEAD`` for switches; default: every ref), newest
         first: ref, old and new commit, actor, time, reason. ``NAME@{N}`` in a ref expression is
         the N-th previous value of NAME (see :mod:`trimerge.lineage.history.reflog`)."""
@@ -320,7 +322,7 @@ class Repository(TableWrites):
         return b.commit_id if b else None
 
     def restore(self, table: str, ref: str, *, branch: str | None = None, actor: str | None = None,
-                message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> "RestoreResult":
+                message: str | None = None, dry_run: bool = False, keep_gates: bool = True) -> restore_module.RestoreResult:
         """One commit on ``branch`` in which ``table`` equals its state at ``ref`` (rows, schema,
         indices), without copying data; dropped if it did not exist there, brought back if the
         branch no longer has it (see :mod:`trimerge.lineage.restore`). The table keeps the data
@@ -454,6 +456,8 @@ class Repository(TableWrites):
                 raise InvalidOperationError(f"table {table!r} has no column(s) {', '.join(map(repr, unknown))} "
                                             f"(columns: {', '.join(ds.schema.names)})")
         if isinstance(filter, str):
+            from trimerge.lineage.tables.filters import check_filter, plan_filter
+
             plan_filter(ds, check_filter(filter), f"read {table}")
         try:
             return ds.to_table(columns=list(columns) if columns else None, filter=filter)
@@ -483,9 +487,9 @@ class Repository(TableWrites):
         return entities.row_at(self.open_table_version(tv), tv.primary_key, key)
 
     @property
-    def checks(self) -> Checks:
+    def checks(self) -> checks_module.Checks:
         """Data checks, versioned with the tables and gating merges (:mod:`trimerge.lineage.gates.checks`)."""
-        return Checks(self)
+        return checks_module.Checks(self)
 
     def blame(self, table: str, *, ref: str | None = None, where: str | None = None,
               columns: Sequence[str] | None = None, method: str = "auto") -> pa.Table:
@@ -538,7 +542,7 @@ class Repository(TableWrites):
         return self.last_recovery
 
     def gc(self, retention: timedelta | float | str = DEFAULT_RETENTION, *,
-           warn: Callable[[str], None] | None = None) -> GcReport:
+           warn: Callable[[str], None] | None = None) -> gc_module.GcReport:
         """Reclaim what nothing keeps: data of commits no branch or tag reaches (once the branch or
         tag that reached them was deleted more than ``retention`` ago), Lance versions and files no
         kept commit names (aborted writes, a transaction's intermediate versions), pins of deleted
@@ -548,15 +552,15 @@ class Repository(TableWrites):
         ``tables/`` that trimerge did not create (they are left alone)."""
         self.check_writable()
         self.recover()
-        return Collector(self, as_retention(retention), warn=warn).run()
+        return gc_module.Collector(self, gc_module.as_retention(retention), warn=warn).run()
 
-    def cleanup(self, retention: timedelta | float | str = DEFAULT_RETENTION, **kwargs: Any) -> GcReport:
+    def cleanup(self, retention: timedelta | float | str = DEFAULT_RETENTION, **kwargs: Any) -> gc_module.GcReport:
         """Alias of :meth:`gc`."""
         return self.gc(retention, **kwargs)
 
-    def fsck(self) -> FsckReport:
+    def fsck(self) -> fsck_module.FsckReport:
         """Check every commit, ref, recovery note and reachable table version; never writes."""
-        return check_repository(self)
+        return fsck_module.check_repository(self)
 
 
 @dataclass(frozen=True)
@@ -571,3 +575,11 @@ class Ref:
 
     def __str__(self) -> str:
         return self.expr
+
+
+# The API's edge: a full disk or a dependency's panic leaves it as a TrimergeError (boundary.py).
+from trimerge.lineage.safety.boundary import guard_class, guard_returned_class  # noqa: E402
+
+Repository.transaction = guard_returned_class(Repository.transaction)  # type: ignore[method-assign]  # Transaction is imported lazily
+for _cls in (Repository, BranchManager, TagManager, Ref):
+    guard_class(_cls)

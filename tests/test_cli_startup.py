@@ -13,8 +13,8 @@ import pytest
 import trimerge
 from conftest import run_python
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("pandas") is None,
-                                reason="pandas is not installed: nothing to keep out")
+needs_pandas = pytest.mark.skipif(importlib.util.find_spec("pandas") is None,
+                                  reason="pandas is not installed: nothing to keep out")
 
 RUN = """
 import sys
@@ -36,6 +36,7 @@ def small(tmp_path) -> str:
     return str(tmp_path / "repo")
 
 
+@needs_pandas
 @pytest.mark.parametrize("verb", [["read", "t"], ["read", "t", "--format", "json"], ["diff", "main", "feat"],
                                   ["diff", "main", "feat", "--where", "v = 'b'", "--json"], ["show", "feat"]],
                          ids=lambda v: " ".join(v))
@@ -45,6 +46,7 @@ def test_data_commands_run_without_pandas(small, verb):
     assert res.stdout.strip().splitlines()[-1] == "['lance', 'pyarrow']"
 
 
+@needs_pandas
 @pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="pyspark is not installed")
 def test_pandas_comes_back_when_pyspark_is_imported():
     res = run_python("""
@@ -73,6 +75,7 @@ print("ok")
     assert res.stdout.strip() == "ok"
 
 
+@needs_pandas
 def test_a_program_importing_trimerge_keeps_pandas():
     res = run_python("""
 import sys, trimerge, trimerge.cli, lance, pyarrow as pa
@@ -84,3 +87,42 @@ print("ok")
 """)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+
+
+LOADED = """
+import json, sys
+from trimerge.cli import main
+try:
+    main(["-C", sys.argv[1], *sys.argv[2:]])
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: Never needed by a command that only reads: polars (the text table is drawn without it when it is
+#: small, trimerge.cli.texttable), python-ulid (its import reads every package's metadata; only
+#: writes make ids), the diff and merge engines, the managers of gc, fsck and data checks.
+READING_NEVER = ("pandas", "polars", "ulid", "trimerge.diff", "trimerge.merge", "trimerge.lineage.safety.gc",
+                 "trimerge.lineage.safety.fsck", "trimerge.lineage.gates.checks", "trimerge.lineage.restore")
+#: Metadata commands read no table: no Arrow, no Lance.
+METADATA_NEVER = (*READING_NEVER, "lance", "pyarrow", "numpy", "duckdb")
+
+
+@pytest.mark.parametrize("verb, never", [
+    (["--help"], (*METADATA_NEVER, "trimerge.lineage.repository", "trimerge.lineage.commit")),
+    (["log"], METADATA_NEVER),
+    (["log", "--oneline", "-n", "1"], METADATA_NEVER),
+    (["branch"], METADATA_NEVER),
+    (["read", "t"], READING_NEVER),
+    (["read", "t", "--format", "json"], READING_NEVER),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_commands_do_not_import_what_they_do_not_use(small, verb, never):
+    """What makes a command start slowly is what it imports: each of these stays out (issue 42,
+    item 6: data commands start in at most 0.6 s on a small repository)."""
+    import json
+
+    res = run_python(LOADED, small, *verb)
+    assert res.returncode == 0, res.stderr
+    loaded = set(json.loads(res.stdout.strip().splitlines()[-1]))
+    assert "trimerge.cli" in loaded
+    assert not loaded & set(never), sorted(loaded & set(never))

@@ -2,8 +2,6 @@
 
 from typing import TYPE_CHECKING
 
-from trimerge.lineage import Address as Address, Commit as Commit, Ref as Ref, Repository as Repository
-from trimerge.lineage import parse_address as parse_address
 from trimerge.lineage.errors import (  # "X as X": exported for type checkers (mypy --strict)
     AlreadyExistsError as AlreadyExistsError,
     AmbiguousRefError as AmbiguousRefError,
@@ -20,6 +18,9 @@ from trimerge.lineage.errors import (  # "X as X": exported for type checkers (m
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type checkers
+    from trimerge.lineage.history.address import Address as Address, parse_address as parse_address
+    from trimerge.lineage.commit import Commit as Commit
+    from trimerge.lineage.repository import Ref as Ref, Repository as Repository
     from trimerge.diff.spark import SparkUnavailableError as SparkUnavailableError
     from trimerge.lineage.errors import (
         NoSuchAncestorError as NoSuchAncestorError,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         DiffVerificationError as DiffVerificationError,
         ProtectedBranchError as ProtectedBranchError,
         CheckNotFoundError as CheckNotFoundError,
+        RemoteError as RemoteError,
+        NonFastForwardError as NonFastForwardError,
     )
     from trimerge.lineage.tables.importing import SourceNotFoundError as SourceNotFoundError
     from trimerge.namespace.service import TrimergeNamespace as TrimergeNamespace
@@ -48,12 +51,18 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
 
 # Every error class of the API is importable from here: those of lineage/errors.py (whatever it
 # defines), and, loaded on first use (they import pyarrow or Spark helpers), the ones of other modules.
+# The repository too is loaded on first use: a command that opens none (``--help``) never loads it.
 from trimerge.lineage import errors as _errors  # noqa: E402
 
 _ERRORS = {name: obj for name, obj in vars(_errors).items()
            if isinstance(obj, type) and issubclass(obj, _errors.TrimergeError)}
 globals().update(_ERRORS)
 _LAZY = {
+    "Address": "trimerge.lineage.history.address",
+    "parse_address": "trimerge.lineage.history.address",
+    "Commit": "trimerge.lineage.commit",
+    "Ref": "trimerge.lineage.repository",
+    "Repository": "trimerge.lineage.repository",
     "MergeConflictError": "trimerge.merge.result",
     "MergeBaseError": "trimerge.merge.result",
     "MergeCheckError": "trimerge.merge.result",
@@ -82,7 +91,8 @@ from trimerge.lineage.tables.sql import register_table_function as _register_tab
 
 _register_table_function("diff", _sql_diff)
 
-# Repository.clone, repo.remotes, repo.fetch/pull/push: trimerge.remotes lives above merge.
+# Repository.clone, repo.remotes, repo.fetch/pull/push: trimerge.remotes lives above merge (it registers
+# them in lineage/extensions.py, without loading the repository).
 from trimerge.remotes import install as _install_remotes  # noqa: E402
 
 _install_remotes()
@@ -102,5 +112,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = sorted({"Address", "Commit", "Ref", "Repository", "TrimergeNamespace", "parse_address",
-                  *_ERRORS, *_LAZY})
+__all__ = sorted({"TrimergeNamespace", *_ERRORS, *_LAZY})

@@ -5,8 +5,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.errors import (
     AlreadyExistsError,
     BranchNotFoundError,
@@ -75,7 +74,7 @@ class BranchManager:
         repo.check_readable(commit)
         parent = source if self.exists(source) else None
         crashpoint("branch_resolved")
-        created = repo.refs.create_branch(Branch(name, commit.id, str(ULID()), now(), parent),
+        created = repo.refs.create_branch(Branch(name, commit.id, new_ulid(), now(), parent),
                                           actor=repo.default_actor(), reason=f"branch: created from {source}")
         if created is None:
             raise AlreadyExistsError(f"branch {name!r} exists already")

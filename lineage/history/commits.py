@@ -14,8 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import Commit, TableVersion, digest
 from trimerge.lineage.storage.documents import without_nonce
 from trimerge.lineage.errors import CorruptRepositoryError, RefNotFoundError
@@ -113,7 +112,7 @@ class CommitStore:
         """A new commit on top of ``parents`` (not stored yet)."""
         generation = 1 + max((self.get(p).generation for p in parents), default=0)
         return Commit.build(
-            ulid=ulid or str(ULID()), parents=tuple(parents), actor=actor, created_at=created_at,
+            ulid=ulid or new_ulid(), parents=tuple(parents), actor=actor, created_at=created_at,
             message=message, metadata={str(k): str(v) for k, v in (metadata or {}).items()}, branch=branch,
             generation=generation, tables=dict(tables),
         )

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import format_time, parse_time
 from trimerge.lineage.errors import (BranchNotFoundError, CorruptRepositoryError, InvalidOperationError,
                                      RefNotFoundError)
@@ -100,7 +99,7 @@ class Reflog:
 
     def record(self, ref: str, old: str | None, new: str | None, actor: str, reason: str) -> str:
         """Append an entry (before the move it describes); returns its key, for :meth:`discard`."""
-        key = f"{self.folder(ref)}/{str(ULID())}.json"
+        key = f"{self.folder(ref)}/{new_ulid()}.json"
         self.docs.create(key, {"ref": ref, "old": old, "new": new, "actor": actor, "time": format_time(now()),
                                "reason": reason[:500]})
         return key

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import format_time, parse_time
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError, DataReclaimedError
 
@@ -52,7 +51,7 @@ class DeletionLog:
         self.docs = docs
 
     def record(self, kind: str, name: str, commit_id: str, at: datetime) -> str:
-        key = f"{DELETED}/{ULID()}.json"
+        key = f"{DELETED}/{new_ulid()}.json"
         self.docs.write(key, {"kind": kind, "name": name, "commit": commit_id, "deleted_at": format_time(at)}, None)
         return key
 

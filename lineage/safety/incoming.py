@@ -16,8 +16,7 @@ import socket
 import time
 from typing import Any, Iterable
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.storage.documents import Documents
 from trimerge.lineage.storage.lease import process_alive
 
@@ -27,7 +26,7 @@ MAX_AGE_SECONDS = 24 * 3600
 
 def record(docs: Documents, commits: Iterable[str], touched: Iterable[tuple[str, str]]) -> str:
     """Announce an upload; returns the record's key (for :func:`finish`)."""
-    key = f"{FOLDER}/{ULID()}.json"
+    key = f"{FOLDER}/{new_ulid()}.json"
     docs.create(key, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time(),
                       "commits": sorted(set(commits)), "touched": sorted({(d, b) for d, b in touched})})
     return key

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import CorruptRepositoryError, StorageError
 from trimerge.lineage.history.refs import Branch, now, publish
@@ -116,7 +115,7 @@ class Recovery:
 
     def _quarantine(self, key: str) -> None:
         docs = self.repo.docs
-        if not docs.copy(key, f"{QUARANTINE}/{key.rsplit('/', 1)[1]}.{ULID()}"):
+        if not docs.copy(key, f"{QUARANTINE}/{key.rsplit('/', 1)[1]}.{new_ulid()}"):
             return
         docs.delete(key)
 

@@ -20,8 +20,7 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import format_time
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 from trimerge.lineage.storage.faults import crashpoint
@@ -47,7 +46,7 @@ class TemporaryBranch:
 
     def __init__(self, repo: "TemporariesHost", kind: str, purpose: str):
         self.repo = repo
-        self.ulid = str(ULID()).lower()
+        self.ulid = new_ulid().lower()
         self.name = temporary_branch_name(kind, self.ulid)
         self.purpose = purpose
         self.owner = repo.branch_lease(self.name + OWNER_SUFFIX, purpose)
@@ -63,7 +62,7 @@ class TemporaryBranch:
         repo.docs.create(_journal_key(self.ulid), {"branch": self.name, "purpose": self.purpose,
                                                    "created_at": format_time(now())})
         crashpoint("temporary_recorded")
-        created = repo.refs.create_branch(Branch(self.name, commit_id, str(ULID()), now(), None))
+        created = repo.refs.create_branch(Branch(self.name, commit_id, new_ulid(), now(), None))
         if created is None:
             raise ConcurrentWriteError("a temporary branch of that name exists already; retry")
         self._addressing.__enter__()

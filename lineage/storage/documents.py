@@ -14,8 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.storage.backends import Backend
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 
@@ -67,12 +66,12 @@ class Documents:
 
     def create(self, key: str, doc: dict[str, Any], *, nonce: bool = True) -> Any | None:
         """Write ``doc`` if ``key`` is absent; the new version, or None if it existed."""
-        body = {**doc, NONCE: str(ULID())} if nonce else doc
+        body = {**doc, NONCE: new_ulid()} if nonce else doc
         return self.backend.create(key, dumps(body))
 
     def swap(self, key: str, doc: dict[str, Any], expected: Any) -> Any | None:
         """Replace the document if it is still at version ``expected``; the new version, or None."""
-        return self.backend.swap(key, dumps({**doc, NONCE: str(ULID())}), expected)
+        return self.backend.swap(key, dumps({**doc, NONCE: new_ulid()}), expected)
 
     def write(self, key: str, doc: dict[str, Any], expected: Any | None) -> Any:
         """Create (``expected`` None) or swap, for a document only its owner writes; a lost race

@@ -18,8 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from ulid import ULID
-
+from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.storage.documents import NONCE, Documents, dumps
 from trimerge.lineage.errors import ConcurrentWriteError, CorruptRepositoryError
 
@@ -51,7 +50,7 @@ class Holder:
     @classmethod
     def new(cls, purpose: str, seconds: float) -> "Holder":
         now = time.time()
-        return cls(str(ULID()), os.getpid(), HOSTNAME, now, now + seconds, purpose)
+        return cls(new_ulid(), os.getpid(), HOSTNAME, now, now + seconds, purpose)
 
     @classmethod
     def from_json(cls, doc: object) -> "Holder | None":
@@ -114,7 +113,7 @@ class Lease:
 
     @staticmethod
     def _bytes(doc: dict) -> bytes:
-        return dumps({**doc, NONCE: str(ULID())})
+        return dumps({**doc, NONCE: new_ulid()})
 
     def try_acquire(self, on_dead_holder: Callable[[Holder | None], None] | None = None) -> bool:
         """Take the lease if it is free, released or held by a dead holder; never waits."""

@@ -14,7 +14,6 @@ by the user is left alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import sys
@@ -28,11 +27,16 @@ _M_ARENA_MAX = -8  # glibc's mallopt parameter number
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
+    try:  # glibc's name first: ctypes.util (find_library runs ldconfig) only where it is another
+        libc = ctypes.CDLL("libc.so.6")
     except OSError:
-        return None
+        from ctypes.util import find_library
+
+        try:
+            libc = ctypes.CDLL(find_library("c") or "libc.so.6")
+        except OSError:
+            return None
+    return libc if hasattr(libc, "malloc_trim") else None
 
 
 def release_freed_memory() -> None:

@@ -333,10 +333,14 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
             fresh = not is_remote(output) and not local_path(output, uri=True).exists()
             lance.write_dataset(table, output, mode="create" if fresh else "overwrite")
         return
+    from trimerge.cli.texttable import simple_text
+
     if fmt == "json":
         text = json.dumps(table.to_pylist(), indent=2, default=str)
     elif fmt == "jsonl":
         text = "\n".join(json.dumps(r, default=str) for r in table.to_pylist())
+    elif fmt == "table" and (simple := simple_text(table)) is not None:
+        text = simple  # a table of plain values: the text polars would draw, without importing polars
     else:  # polars writes CSV and draws the table (imported only then: a quarter of a second)
         import polars as pl
 

@@ -265,7 +265,7 @@ class TrimergeNamespace(ln.LanceNamespace):
             raise ln.InvalidInputError(f"count rows of {table} at {ref}: {lance_message(exc)[:300]}") from None
         return ln.CountTableRowsResponse(count=count)
 
-    def query_table(self, request: Any) -> bytes:
+    def query_table(self, request: Any) -> bytes:  # type: ignore[override]  # Lance's REST client takes IPC bytes
         """A LanceDB query pushed down to the namespace (``namespace_client_pushdown_operations=
         ["QueryTable"]``), run on exactly the table's version at the ref: an Arrow IPC file."""
         table, ref, _, tv = self._table_version(request)

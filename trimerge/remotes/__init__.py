@@ -48,7 +48,7 @@ def remotes(repo: Any) -> "Remotes":
 
 def install() -> None:
     """Make the repository's clone/fetch/pull/push/remotes call the functions above."""
-    from trimerge.lineage.repository import register_remote_operations
+    from trimerge.lineage.extensions import register_remote_operations
 
     register_remote_operations(clone=clone, fetch=fetch, pull=pull, push=push, remotes=remotes)
 
