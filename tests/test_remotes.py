@@ -541,3 +541,17 @@ def test_the_transfer_bar_draws_on_a_terminal(monkeypatch):
         bar(done, 3, done * 1000)
     assert bar._progress is not None
     bar.close()
+
+
+def test_clients_nobody_here_wrote_read_a_clone_exactly(origin, tmp_path):
+    """LanceDB (through the namespace) and DuckDB (through repo.sql) read a clone's remote-tracking
+    refs and its own forks as trimerge does."""
+    lancedb = pytest.importorskip("lancedb")
+    copy = trimerge.Repository.clone(origin.uri, tmp_path / "copy").repository
+    copy.upsert("t", T(k=[42], v=["new"]))  # the clone's main forks what it received
+    for ref in ("main", "origin/main", "origin/dev/x", "origin/main~1"):
+        db = lancedb.connect_namespace("trimerge", {"root": copy.uri, "ref": ref})
+        seen = db.open_table("t").to_arrow().select(["k", "v"]).sort_by("k")
+        assert seen.equals(copy.read("t", ref=ref).select(["k", "v"]).sort_by("k")), ref
+    counted = copy.sql('SELECT count(*) AS n FROM "t@origin/main"').column("n")[0].as_py()
+    assert counted == copy.read("t", ref="origin/main").num_rows == copy.read("t").num_rows - 1
