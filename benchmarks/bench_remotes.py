@@ -1,8 +1,11 @@
 """Remotes: clone beside a plain copy, a one-row push and pull (bytes and time), a fetch of many
 metadata-only commits.
 
-Run: ``python benchmarks/bench_remotes.py [--rows N] [--commits N]`` (defaults: 2,000,000 rows,
-1,000 commits). Local disk only; the S3 variants run in tests/test_remotes_s3.py.
+Run: ``python benchmarks/bench_remotes.py [--rows N] [--commits N] [--s3]`` (defaults: 2,000,000
+rows, 1,000 commits). ``--s3`` runs the same on a SeaweedFS S3 server on 127.0.0.1 (tests/s3server.py):
+a clone from a local repository into the bucket beside uploading its files with the same client and
+threads, a clone back out, a one-row push into the bucket and a pull from it, and a fetch of
+metadata-only commits made in the bucket.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pyarrow as pa
 
 from common import fresh_dir, print_table
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "tests"))
+
 import trimerge
 
 
@@ -29,7 +34,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--commits", type=int, default=1_000)
+    parser.add_argument("--s3", action="store_true", help="against a SeaweedFS S3 server on 127.0.0.1")
     args = parser.parse_args()
+    if args.s3:
+        return on_s3(args.rows, args.commits)
     root = fresh_dir("remotes-bench")
     n = args.rows
     origin = trimerge.Repository.init(root / "origin")
@@ -81,6 +89,68 @@ def main() -> int:
     fetched = b.fetch()
     rows.append({"operation": f"fetch of {fetched.commits:,} metadata-only commits", "seconds": time.perf_counter() - t0,
                  "bytes": fetched.bytes})
+    print_table(rows, ["operation", "seconds", "bytes"])
+    return 0
+
+
+def on_s3(n: int, commits: int) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import obstore
+    from obstore.store import S3Store
+
+    from s3server import S3Server
+
+    root = fresh_dir("remotes-bench-s3")
+    rng = np.random.default_rng(7)
+    origin = trimerge.Repository.init(root / "origin")
+    origin.create_table("t", pa.table({"k": pa.array(np.arange(n)), "a": rng.random(n), "b": rng.integers(0, 1 << 60, n),
+                                       "s": pa.array([f"row-{i}" for i in range(n)])}), primary_key="k")
+    files = [p for p in (root / "origin").rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    rows = []
+    with S3Server() as server:
+        opts = dict(server.storage_options)
+        store = S3Store(server.bucket, config={k: v for k, v in opts.items() if k.startswith("aws_")},
+                        client_options={"allow_http": True})
+
+        def upload(p) -> None:
+            obstore.put(store, "plain/" + p.relative_to(root / "origin").as_posix(), p, use_multipart=True)
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(upload, files))
+        rows.append({"operation": f"upload of the repository's files, 8 threads ({size / 1e6:.0f} MB)",
+                     "seconds": time.perf_counter() - t0, "bytes": size})
+        uri = server.uri("cloned/repo")
+        t0 = time.perf_counter()
+        up = trimerge.Repository.clone(origin.uri, uri, dst_storage_options=opts)
+        rows.append({"operation": "clone of the same into the bucket", "seconds": time.perf_counter() - t0, "bytes": up.bytes})
+        t0 = time.perf_counter()
+        down = trimerge.Repository.clone(uri, root / "down", storage_options=opts)
+        rows.append({"operation": "clone from the bucket to local disk", "seconds": time.perf_counter() - t0,
+                     "bytes": down.bytes})
+        a = down.repository
+        b = trimerge.Repository.clone(uri, root / "other", storage_options=opts).repository
+        a.upsert("t", pa.table({"k": [n // 2], "a": [0.5], "b": [1], "s": ["changed"]}))
+        t0 = time.perf_counter()
+        pushed = a.push(storage_options=opts)
+        rows.append({"operation": "one-row push into the bucket", "seconds": time.perf_counter() - t0,
+                     "bytes": pushed.bytes})
+        t0 = time.perf_counter()
+        pulled = b.pull(storage_options=opts)
+        rows.append({"operation": "one-row pull from the bucket", "seconds": time.perf_counter() - t0,
+                     "bytes": pulled.bytes})
+        remote = trimerge.Repository.open(uri, storage_options=opts)
+        for i in range(commits):
+            if i % 2 == 0:
+                remote.checks.add("positive", "t", "SELECT * FROM t WHERE a < 0", message=f"c{i}")
+            else:
+                remote.checks.remove("positive", message=f"c{i}")
+        t0 = time.perf_counter()
+        fetched = b.fetch(storage_options=opts)
+        rows.append({"operation": f"fetch of {fetched.commits:,} metadata-only commits from the bucket",
+                     "seconds": time.perf_counter() - t0, "bytes": fetched.bytes})
     print_table(rows, ["operation", "seconds", "bytes"])
     return 0
 

@@ -134,9 +134,11 @@ def positions(have: pa.ChunkedArray, wanted: pa.Array) -> np.ndarray | None:
     return order[at]
 
 
-def _same_types(images: pa.Schema, struct_type: pa.StructType) -> bool:
+def _same_types(images: pa.Schema, struct_type: pa.DataType) -> bool:
     """Whether the images hold each field of ``struct_type`` in its very type (else the keyed
     classification converts them)."""
+    if not pa.types.is_struct(struct_type):  # e.g. a side whose image is all null-typed
+        return False
     names = set(images.names)
     return all(f.name in names and images.field(f.name).type == f.type for f in struct_type)
 

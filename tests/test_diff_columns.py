@@ -179,3 +179,18 @@ def test_all_rows_fall_back_to_the_keyed_completion(backfilled, monkeypatch):
     expected = diff("main...label", repo=backfilled, plan="full").tables["docs"].rows()
     monkeypatch.setattr(narrowrows, "positions", lambda have, wanted: None)
     assert diff("main...label", repo=backfilled).tables["docs"].rows(columns="all").equals(expected)
+
+
+def test_all_columns_when_a_side_has_no_value_columns(tmp_path):
+    """Dropping a table's only value column leaves a key-only side whose image is null-typed: every
+    plan gives the same rows. (The model tests found a history where such a side reached the row-id
+    pairing, which then raised; they replay it on every run — derandomized.)"""
+    repo = trimerge.Repository.init(tmp_path / "repo")
+    repo.create_table("u", pa.table({"k1": ["x", "y"], "k2": pa.array([1, 2], pa.int32()), "v": ["a", "b"]}),
+                      primary_key=["k1", "k2"])
+    before = repo.resolve("main").id
+    with repo.transaction("main", message="drop the value column") as tx:
+        tx.drop_columns("u", ["v"])
+        tx.upsert("u", pa.table({"k1": ["x", "z"], "k2": pa.array([1, 3], pa.int32())}))
+    fast = diff(before, "main", repo=repo).tables["u"].rows(columns="all")
+    assert fast.equals(diff(before, "main", repo=repo, plan="full").tables["u"].rows())
