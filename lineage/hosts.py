@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.ports import (BranchLookup, CommitStore, DocumentStore, ReclaimedCheck, RefStore, Resolver,
-                                    TableReader, TagLookup, TemporariesHost, Transactions)
+from trimerge.lineage.ports import (BranchLookup, CommitStore, DocumentStore, HistoryStores, ReclaimedCheck, Resolver,
+                                    TableReader, TemporariesHost, Transactions)
 
 if TYPE_CHECKING:
     import lance
@@ -89,17 +89,11 @@ class Repairs(Protocol):
     def undo_writes(self, touched: Iterable[Mapping[str, Any]], tip: Commit | None) -> list[str]: ...
 
 
-class TransactionHost(Resolver, TableLocations, Protocol):
-    """A transaction (transaction.py, tables/scratch.py): the whole write path of the repository."""
+class TransactionHost(Resolver, TableLocations, HistoryStores, Protocol):
+    """A transaction (transaction.py, scratch.py): the whole write path of the repository."""
 
     @property
     def docs(self) -> DocumentStore: ...
-    @property
-    def commits(self) -> CommitStore: ...
-    @property
-    def refs(self) -> RefStore: ...
-    @property
-    def tags(self) -> TagLookup: ...
     @property
     def reclaimed(self) -> ReclaimedCheck: ...
     @property

@@ -219,8 +219,8 @@ class TemporariesHost(Leases, Protocol):
     def refs(self) -> RefStore: ...
 
 
-class ResetHost(ProtectionHost, Resolver, Leases, Protocol):
-    """``branch reset`` (history/reset.py)."""
+class HistoryStores(Protocol):
+    """The commit graph and the names on it: what most managers read."""
 
     @property
     def commits(self) -> CommitStore: ...
@@ -228,6 +228,11 @@ class ResetHost(ProtectionHost, Resolver, Leases, Protocol):
     def refs(self) -> RefStore: ...
     @property
     def tags(self) -> TagLookup: ...
+
+
+class ResetHost(ProtectionHost, Resolver, Leases, HistoryStores, Protocol):
+    """``branch reset`` (history/reset.py)."""
+
     @property
     def reclaimed(self) -> ReclaimedCheck: ...
 

@@ -64,23 +64,17 @@ from trimerge.lineage.history.retention import DONE, DeletionLog, ReclaimedCommi
 from trimerge.lineage.tables.tablestore import FORK_NAME
 
 from trimerge.lineage.hosts import ServedHost
-from trimerge.lineage.ports import CommitStore, RefStore, TagLookup
+from trimerge.lineage.ports import HistoryStores
 
 if TYPE_CHECKING:
     from trimerge.lineage.storage.documents import Documents
 
 
-class GcHost(ServedHost, Protocol):
+class GcHost(ServedHost, HistoryStores, Protocol):
     """What gc reads and reclaims: every store (documents as stored: its lease, stale temporary files)."""
 
     @property
     def docs(self) -> Documents: ...
-    @property
-    def commits(self) -> CommitStore: ...
-    @property
-    def refs(self) -> RefStore: ...
-    @property
-    def tags(self) -> TagLookup: ...
     @property
     def lock_timeout(self) -> float: ...
     def commit(self, commit_id: str) -> Commit: ...
