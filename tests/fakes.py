@@ -29,6 +29,7 @@ from trimerge.lineage.errors import BranchNotFoundError, ConcurrentWriteError, I
 from trimerge.lineage.history.names import MAIN, is_addressable, is_internal_branch
 from trimerge.lineage.history.refs import Branch, Tag, encode_name, now
 from trimerge.lineage.history import graph, refexpr
+from trimerge.lineage.history.commits import GraphFromCommits
 from trimerge.lineage.history.reflog import Reflog
 from trimerge.lineage.storage.documents import Document
 from trimerge.lineage.history.retention import DeletionLog, ReclaimedCommits
@@ -126,20 +127,11 @@ class MemoryDocuments:
         return iter([k for k in self._keys() if k.startswith(head)])
 
 
-class MemoryCommits:
+class MemoryCommits(GraphFromCommits):
     """Commits in a dict; also their graph (parents, generation, created_at)."""
 
     def __init__(self) -> None:
         self.commits: dict[str, Commit] = {}
-
-    def parents(self, commit_id: str) -> tuple[str, ...]:
-        return self.get(commit_id).parents
-
-    def generation(self, commit_id: str) -> int:
-        return self.get(commit_id).generation
-
-    def created_at(self, commit_id: str) -> float:
-        return self.get(commit_id).created_at.timestamp()
 
     def get(self, commit_id: str) -> Commit:
         try:

@@ -32,15 +32,13 @@ def commit_key(commit_id: str) -> str:
     return f"{FOLDER}/{commit_id[:2]}/{commit_id[2:]}.json"
 
 
-class CommitStore:
-    """Read and create commits; also the commit graph seen by :mod:`trimerge.lineage.history.graph`."""
+class GraphFromCommits:
+    """The graph interface (:class:`~trimerge.lineage.history.graph.CommitGraph`) of any store that
+    can ``get`` a commit: parents, generation and time are read from the commit itself."""
 
-    def __init__(self, docs: "DocumentStore"):
-        self.docs = docs
-        self._cache: dict[str, Commit] = {}
-        self._cold_reads = 0
+    def get(self, commit_id: str) -> Commit:
+        raise NotImplementedError
 
-    # -- the graph interface (parents, generation, created_at)
     def parents(self, commit_id: str) -> tuple[str, ...]:
         return self.get(commit_id).parents
 
@@ -49,6 +47,15 @@ class CommitStore:
 
     def created_at(self, commit_id: str) -> float:
         return self.get(commit_id).created_at.timestamp()
+
+
+class CommitStore(GraphFromCommits):
+    """Read and create commits; also the commit graph seen by :mod:`trimerge.lineage.history.graph`."""
+
+    def __init__(self, docs: "DocumentStore"):
+        self.docs = docs
+        self._cache: dict[str, Commit] = {}
+        self._cold_reads = 0
 
     # -- store
     def get(self, commit_id: str) -> Commit:
