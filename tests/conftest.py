@@ -145,6 +145,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: not (item.get_closest_marker("xdist_group") is None and _starts_first(item)))
 
 
+#: Session fixtures that hold JVMs (the local cluster's five, the Spark session's one). Their tests
+#: share one xdist group, so on their worker they run back to back: the fixture is finished as soon
+#: as the next test there does not use it, instead of idling beside the rest of the suite. A later
+#: test that asks for it again gets a new one (pytest recreates a finished fixture).
+RELEASED_AFTER_LAST_USE = ("local_cluster", "spark")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield  # the test's own fixtures are torn down first
+    used = set(getattr(item, "fixturenames", ()))
+    following = set(getattr(nextitem, "fixturenames", ())) if nextitem is not None else set()
+    info = getattr(item, "_fixtureinfo", None)
+    for name in RELEASED_AFTER_LAST_USE:
+        if info is not None and name in used and name not in following:
+            for fixturedef in info.name2fixturedefs.get(name, ()):
+                if fixturedef.cached_result is not None:
+                    fixturedef.finish(item._request)  # type: ignore[attr-defined]
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- repositories
 @pytest.fixture
 def repo(tmp_path: Path) -> trimerge.Repository:
