@@ -142,6 +142,30 @@ def test_a_copy_works_where_it_lands_with_no_step(made, tmp_path):
     assert trimerge.Repository.open(dst, read_only=True).read("t", "sub").num_rows == 5
 
 
+def test_a_staged_manifest_left_by_a_refused_client_write_is_rebased_too(made, tmp_path):
+    """Lance stages a client's version as ``N.manifest-<id>`` before the namespace takes or refuses
+    it; one left in a fork (a refusal, a crash) names the old place like any fork manifest."""
+    src, before = made
+    versions = next(p for p in (src / "tables").glob("*/tree/*/_versions") if any(versions_in(p)))
+    newest = sorted(versions_in(versions))[0]
+    staged = versions / f"{newest.name}-6f1c2a9e-4b7d-4e0a-9c55-0d3f1e2b7a10"
+    shutil.copyfile(newest, staged)
+    staged_bytes = staged.read_bytes()
+    assert str(src).encode() in staged_bytes
+    dst = copy_of(src, tmp_path / "copy")
+    shutil.rmtree(src)
+    repo = trimerge.Repository.open(dst)
+    assert lance_files_naming(dst, str(src)) == []
+    assert snapshot(repo) == before
+    moved = (dst / staged.relative_to(src)).read_bytes()
+    assert str(dst).encode() in moved and moved[-4:] == b"LANC"
+    assert moved == rebase_manifest(staged_bytes, f"{src}/tables", f"{dst}/tables")
+
+
+def versions_in(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.endswith(".manifest")]
+
+
 def test_a_renamed_directory(made, tmp_path):
     src, before = made
     dst = tmp_path / "renamed"

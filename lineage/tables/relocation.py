@@ -112,7 +112,9 @@ def _rebase_file(key: str, mapped: Callable[[str], str], data: bytes) -> bytes:
     return (transaction_with if key.endswith(".txn") else manifest_with)(data, mapped)
 
 
-_MANIFEST_KEY = re.compile(r"/_versions/\d+\.manifest$")
+# A version's manifest, and a manifest Lance staged for a version the namespace never took
+# (``N.manifest-<id>``, left by a refused or interrupted client write): it names the old place too.
+_MANIFEST_KEY = re.compile(r"/_versions/\d+\.manifest(-[A-Za-z0-9_-]+)?$")
 _TXN_KEY = re.compile(r"/_transactions/[^/]+\.txn$")
 
 
