@@ -555,3 +555,26 @@ def test_clients_nobody_here_wrote_read_a_clone_exactly(origin, tmp_path):
         assert seen.equals(copy.read("t", ref=ref).select(["k", "v"]).sort_by("k")), ref
     counted = copy.sql('SELECT count(*) AS n FROM "t@origin/main"').column("n")[0].as_py()
     assert counted == copy.read("t", ref="origin/main").num_rows == copy.read("t").num_rows - 1
+
+
+def test_remote_options_refuse_credentials_and_bad_input_and_ignore_edited_secrets(origin, tmp_path):
+    from trimerge.lineage.errors import RemoteError
+
+    repo = trimerge.Repository.clone(origin.uri, tmp_path / "c").repository
+    assert repo.remotes.get("origin").storage_options == {}  # a local source keeps nothing
+    for bad in ("endpoint=x", ["endpoint"], 7):
+        with pytest.raises(RemoteError, match="mapping"):
+            repo.remotes.add("bad", "s3://bucket/r", storage_options=bad)
+    for secret in ("aws_secret_access_key", "SECRET_ACCESS_KEY", "azure_storage_sas_key", "token", "proxy_url"):
+        with pytest.raises(RemoteError, match="a credential"):
+            repo.remotes.add("bad", "s3://bucket/r", storage_options={"endpoint": "http://h", secret: "s"})
+    assert "bad" not in repo.remotes
+    kept = repo.remotes.add("up", "s3://bucket/r", storage_options={"AWS_REGION": "eu", "allow_http": True})
+    assert kept.storage_options == {"AWS_REGION": "eu", "allow_http": "True"}
+    assert repo.remotes.add("here", str(tmp_path / "x"), storage_options={"endpoint": "e"}).storage_options == {}
+    doc = tmp_path / "c" / "_trimerge" / "remotes" / "up.json"
+    edited = {**json.loads(doc.read_text()), "storage_options": {"region": "eu", "aws_secret_access_key": "s"}}
+    doc.write_text(json.dumps(edited))
+    assert repo.remotes.get("up").storage_options == {"region": "eu"}  # a secret edited in is never used
+    doc.write_text(json.dumps({**edited, "storage_options": ["junk"]}))
+    assert repo.remotes.get("up").storage_options == {}

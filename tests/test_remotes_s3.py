@@ -114,3 +114,48 @@ def test_unreachable_or_missing_remote_is_one_line_exit_2(tmp_path, s3_server):
     res = run_trimerge_subprocess("-C", origin.uri, "remote", "add", "up", missing, env=env, cwd=tmp_path)
     assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert trimerge.Repository.open(origin.uri).remotes.list() == []
+
+
+def test_a_remote_keeps_how_to_connect_and_never_the_credentials(tmp_path, s3_uri, s3_server, monkeypatch, cli):
+    """A clone's origin, and a remote added with --storage-option, keep the endpoint, region and
+    allow_http for fetch, pull and push; keys and secrets are never written into the repository."""
+    for k in s3_server.env:
+        monkeypatch.delenv(k, raising=False)
+    uri, options = s3_uri
+    source = trimerge.Repository.init(uri, storage_options=options)
+    source.create_table("t", T(k=[1, 2], v=["a", "b"]), primary_key="k")
+    secrets = {k: v for k, v in options.items() if "key" in k}
+    assert secrets and all(v not in (uri, s3_server.endpoint) for v in secrets.values())
+    clone = trimerge.Repository.clone(uri, tmp_path / "c", storage_options=options).repository
+    kept = clone.remotes.get("origin").storage_options
+    assert kept == {k: v for k, v in options.items() if k not in secrets}
+    written = [p for p in tmp_path.joinpath("c", "_trimerge").rglob("*") if p.is_file()]
+    assert written and not [p for p in written for v in secrets.values() if v.encode() in p.read_bytes()]
+    source.upsert("t", T(k=[3], v=["c"]))
+    with pytest.raises(trimerge.lineage.errors.TrimergeError):
+        clone.fetch("origin")  # no credentials anywhere: refused in one error, nothing changed
+    assert clone.resolve("origin/main").id != source.resolve("main").id
+    assert clone.fetch("origin", storage_options=secrets).status == "done"  # endpoint and region kept
+    assert clone.resolve("origin/main").id == source.resolve("main").id
+    clone.pull("origin", "main", storage_options=secrets)
+    clone.upsert("t", T(k=[4], v=["d"]))
+    assert clone.push("origin", "main", storage_options=secrets).status == "fast-forward"
+    assert rows(source)[-1] == {"k": 4, "v": "d"}
+
+    with pytest.raises(trimerge.lineage.errors.RemoteError, match=r"'aws_secret_access_key' \(a credential"):
+        clone.remotes.add("api", uri, storage_options=options)  # the API refuses to write a credential
+    assert "api" not in clone.remotes
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    res = cli("-C", clone.uri, "remote", "add", "up", uri, *flags, "--json", ok=True)
+    assert res.json() == {"name": "up", "uri": uri, "storage_options": kept}
+    text = cli("-C", clone.uri, "remote", "add", "up2", uri, *flags, ok=True).stdout
+    assert "keeps" in text and "aws_secret_access_key" in text and secrets["aws_secret_access_key"] not in text
+    assert cli("-C", clone.uri, "remote", "list", "--json", ok=True).json()[-1]["storage_options"] == kept
+    keys = [a for k, v in secrets.items() for a in ("--storage-option", f"{k}={v}")]
+    source.upsert("t", T(k=[5], v=["e"]))
+    assert cli("-C", clone.uri, "fetch", "up", *keys, "--json", ok=True).json()["status"] == "done"
+    copy = tmp_path / "cli-clone"  # one command's options reach the side that is an object store
+    assert cli("clone", uri, copy, *flags, "--json", ok=True).json()["status"] == "done"
+    assert trimerge.Repository.open(copy).remotes.get("origin").storage_options == kept
+    written = [p for p in tmp_path.joinpath("c").rglob("*") if p.is_file()]
+    assert not [p for p in written for v in secrets.values() if v.encode() in p.read_bytes()]

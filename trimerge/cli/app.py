@@ -34,7 +34,7 @@ class Context:
         self.path = "."
         self.json = False
         self.storage_options: dict[str, str] = {}
-        self._repo = None
+        self._repo: Any = None
 
     def open(self, location: str | None = None, *, read_only: bool = False):
         """Open the repository at ``location`` (default: ``-C``) with the ``--storage-option`` values."""
@@ -43,9 +43,18 @@ class Context:
         return Repository.open(location or self.path, read_only=read_only,
                                storage_options=self.storage_options or None)
 
-    def repo(self):
+    def repo(self, *, options_for_remote: bool = False):
+        """The repository at ``-C``. ``options_for_remote``: the ``--storage-option`` values are meant
+        for a remote too, so a local repository opens without them (they apply to object stores only)."""
         if self._repo is None:
-            self._repo = self.open()
+            from trimerge.lineage.storage.location import Location
+
+            if options_for_remote and Location.parse(self.path).is_local:
+                from trimerge.lineage.repository import Repository
+
+                self._repo = Repository.open(self.path)
+            else:
+                self._repo = self.open()
         return self._repo
 
 

@@ -89,12 +89,18 @@ def remote_group() -> None:
 @click.argument("uri")
 @common
 def remote_add(obj: Context, name: str, uri: str) -> None:
-    """Add remote NAME at URI (a directory, s3://, az://...)."""
+    """Add remote NAME at URI (a directory, s3://, az://...). It keeps the --storage-option values
+    that say where and how to connect (endpoint, region, allow_http...) for fetch, pull and push;
+    credentials are never written down (give them through the environment or --storage-option)."""
+    from trimerge.remotes.config import connection_options
     from trimerge.remotes.ops import open_remote
 
     open_remote(uri, read_only=True, storage_options=obj.storage_options or None, name=name)  # reachable, a repository
-    remote = obj.repo().remotes.add(name, uri)
-    emit(obj, remote.to_json(), f"Added remote {remote.name} ({remote.uri})")
+    kept, withheld = connection_options(obj.storage_options)
+    remote = obj.repo(options_for_remote=True).remotes.add(name, uri, storage_options=kept)
+    note = f"; not kept (credentials): {', '.join(withheld)}" if withheld and remote.storage_options else ""
+    kept_text = f"; keeps {', '.join(sorted(remote.storage_options))}" if remote.storage_options else ""
+    emit(obj, remote.to_json(), f"Added remote {remote.name} ({remote.uri}){kept_text}{note}")
 
 
 @remote_group.command("list")
@@ -120,7 +126,7 @@ def remote_remove(obj: Context, name: str) -> None:
 @common
 def fetch_cmd(obj: Context, remote: str | None, tags: bool) -> None:
     """Update the remote-tracking refs REMOTE/BRANCH (default remote: origin)."""
-    repo = obj.repo()
+    repo = obj.repo(options_for_remote=True)
     options = obj.storage_options or None
     result = _run(obj, "fetch", lambda bar: repo.fetch(remote or "origin", tags=tags, storage_options=options,
                                                        progress=bar))
@@ -137,7 +143,7 @@ def pull_cmd(obj: Context, remote: str | None, branch: str | None) -> None:
     (conflicts exit 1, as a merge's do)."""
     from trimerge.merge import MergeConflictError
 
-    repo = obj.repo()
+    repo = obj.repo(options_for_remote=True)
     options = obj.storage_options or None
     try:
         result = _run(obj, "pull", lambda bar: repo.pull(remote, branch, storage_options=options, progress=bar))
@@ -157,7 +163,7 @@ def pull_cmd(obj: Context, remote: str | None, branch: str | None) -> None:
 def push_cmd(obj: Context, remote: str | None, branch: str | None, tags: bool) -> None:
     """Move REMOTE's BRANCH (defaults: origin, the current branch) to this branch's tip: fast-forward
     only ("fetch and merge first" otherwise, exit 1; a lost race exits 3)."""
-    repo = obj.repo()
+    repo = obj.repo(options_for_remote=True)
     options = obj.storage_options or None
     result = _run(obj, "push", lambda bar: repo.push(remote, branch, tags=tags, storage_options=options,
                                                      progress=bar))

@@ -1,4 +1,5 @@
-"""``repo.remotes``: named remote repositories, kept in ``_trimerge/remotes/<name>.json`` ({name, uri}).
+"""``repo.remotes``: named remote repositories, kept in ``_trimerge/remotes/<name>.json`` ({name, uri,
+and the storage options that say where and how to connect, never credentials}).
 
 A remote's name is one identifier-like word (no ``/``: ``REMOTE/BRANCH`` names a remote-tracking
 ref, and branch names may contain ``/``). Its branches as last fetched or pushed are the
@@ -8,8 +9,8 @@ remote-tracking refs of :class:`~trimerge.lineage.history.refs.RefStore`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
 
 from trimerge.lineage.errors import AlreadyExistsError, InvalidNameError, InvalidOperationError, RemoteError
 from trimerge.lineage.storage.location import Location
@@ -30,13 +31,62 @@ def validate_remote_name(name: object) -> str:
     return name
 
 
+#: Storage options a remote keeps (where and how to connect: an endpoint, a region, plain http...),
+#: with or without the store's prefix (``aws_``, ``azure_``, ``google_``). Anything else — keys,
+#: secrets, tokens, SAS keys, service accounts, a proxy URL that may carry a password — is a
+#: credential or may be one: it comes from the environment or the call, and is never written down.
+CONNECTION_OPTIONS = frozenset({
+    "endpoint", "endpoint_url", "region", "default_region", "bucket", "virtual_hosted_style_request",
+    "skip_signature", "checksum_algorithm", "conditional_put", "unsigned_payload", "s3_express",
+    "request_payer", "copy_if_not_exists", "disable_tagging", "imdsv1_fallback", "metadata_endpoint",
+    "account_name", "storage_account_name", "use_emulator", "storage_use_emulator", "container_name",
+    "use_azure_cli", "use_fabric_endpoint", "allow_http", "allow_invalid_certificates", "connect_timeout",
+    "timeout", "user_agent", "http1_only", "http2_only",
+})
+_STORE_PREFIXES = ("aws_", "azure_", "google_")
+
+
+def is_connection_option(key: str) -> bool:
+    """Whether storage option ``key`` says where and how to connect (kept with a remote) rather than
+    who connects (a credential, never kept)."""
+    bare = key.lower()
+    for prefix in _STORE_PREFIXES:
+        if bare.startswith(prefix):
+            bare = bare[len(prefix):]
+            break
+    return bare in CONNECTION_OPTIONS
+
+
+def connection_options(options: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
+    """(the options a remote may keep, the names of those it must not: credentials), of ``options``."""
+    kept: dict[str, str] = {}
+    withheld: list[str] = []
+    for key, value in (options or {}).items():
+        if is_connection_option(str(key)):
+            kept[str(key)] = str(value)
+        else:
+            withheld.append(str(key))
+    return kept, sorted(withheld)
+
+
 @dataclass(frozen=True)
 class Remote:
+    """A remote: its name, URI and the storage options it keeps (see :data:`CONNECTION_OPTIONS`)."""
+
     name: str
     uri: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "uri": self.uri}
+        out: dict[str, Any] = {"name": self.name, "uri": self.uri}
+        if self.storage_options:
+            out["storage_options"] = dict(self.storage_options)
+        return out
+
+    def options_with(self, given: Mapping[str, str] | None) -> dict[str, str] | None:
+        """The options to open the remote with: the kept ones, overridden by those of the call."""
+        merged = {**self.storage_options, **(given or {})}
+        return merged or None
 
 
 class Remotes:
@@ -49,17 +99,28 @@ class Remotes:
     def key(name: str) -> str:
         return f"{FOLDER}/{name}.json"
 
-    def add(self, name: str, uri: str) -> Remote:
-        """Record remote ``name`` at ``uri`` (a directory, ``s3://``, ``az://``...)."""
+    def add(self, name: str, uri: str, storage_options: Mapping[str, str] | None = None) -> Remote:
+        """Record remote ``name`` at ``uri`` (a directory, ``s3://``, ``az://``...) and the storage
+        options that say where and how to connect to it (``endpoint``, ``region``, ``allow_http``...,
+        :data:`CONNECTION_OPTIONS`); fetch, pull and push use them. Credentials are refused here
+        (:class:`RemoteError`): they would be written into the repository; give them through the
+        environment or the ``storage_options`` of each call."""
         self.repo.check_writable()
         validate_remote_name(name)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise RemoteError(f"remote {name!r}: storage_options must be a mapping of option names to strings")
+        kept, withheld = connection_options(storage_options)
+        if withheld:
+            raise RemoteError(f"remote {name!r}: a remote keeps only where and how to connect, not "
+                              f"{', '.join(repr(k) for k in withheld)} (a credential, or may be one): give it through "
+                              "the environment or the storage_options of fetch, pull and push")
         try:
             location = Location.parse(uri)
         except InvalidOperationError as exc:
             raise RemoteError(f"remote {name!r}: {exc}") from None
         if location.same_place(self.repo.uri):
             raise RemoteError(f"remote {name!r} would be this repository itself ({self.repo.uri})")
-        remote = Remote(name, location.uri)
+        remote = Remote(name, location.uri, {} if location.is_local else kept)
         if self.repo.docs.create(self.key(name), remote.to_json()) is None:
             raise AlreadyExistsError(f"remote {name!r} exists already (remove it first)")
         return remote
@@ -70,7 +131,9 @@ class Remotes:
         doc = self.repo.docs.get(self.key(name))
         if not isinstance(doc, dict) or not isinstance(doc.get("uri"), str):
             return None
-        return Remote(name, doc["uri"])
+        saved = doc.get("storage_options")
+        kept = connection_options(saved)[0] if isinstance(saved, dict) else {}  # (never a credential, even if edited in)
+        return Remote(name, doc["uri"], kept)
 
     def get(self, name: str) -> Remote:
         validate_remote_name(name)

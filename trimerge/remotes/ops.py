@@ -40,7 +40,7 @@ from trimerge.lineage.history.protection import Protection
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.storage.location import META_DIR, TABLES_DIR, Location
 from trimerge.lineage.storage.marker import REPO_DOC, read_marker
-from trimerge.remotes.config import ORIGIN, Remotes
+from trimerge.remotes.config import ORIGIN, Remote, Remotes, connection_options
 from trimerge.remotes.transfer import Moved, Progress, Transfer
 
 if TYPE_CHECKING:
@@ -96,12 +96,19 @@ class RemoteResult:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+def options_for(uri: str | os.PathLike, options: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """``options`` for ``uri``, or None when it is a local directory: a command's storage options
+    describe the object store of whichever side is one (a local path takes none)."""
+    text = os.fspath(uri)
+    return None if text.startswith("file://") or "://" not in text else (options or None)
+
+
 def open_remote(uri: str, *, read_only: bool, storage_options: Mapping[str, str] | None = None,
                 name: str | None = None) -> Repository:
     """The repository at ``uri``, or a :class:`RemoteError` saying why it cannot be used."""
     what = f"remote {name!r} ({uri})" if name else uri
     try:
-        return Repository.open(uri, read_only=read_only, storage_options=storage_options)
+        return Repository.open(uri, read_only=read_only, storage_options=options_for(uri, storage_options))
     except RepositoryNotFoundError:
         raise RemoteError(f"{what} is not a trimerge repository") from None
 
@@ -167,7 +174,7 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
     incarnation: the clone's first write forks, never appending to a Lance branch ``src`` writes)."""
     source = open_remote(os.fspath(src), read_only=True, storage_options=storage_options)
     try:
-        target_location = Location.parse(dst, dst_storage_options)
+        target_location = Location.parse(dst, options_for(dst, dst_storage_options))
     except Exception as exc:
         raise RemoteError(f"clone target {os.fspath(dst)!r}: {exc}") from None
     if target_location.same_place(source.uri):
@@ -192,7 +199,9 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
     crashpoint("clone_before_refs")
     remotes = Remotes(target)
     if remotes.get_or_none(ORIGIN) is None:
-        target.docs.create(Remotes.key(ORIGIN), {"name": ORIGIN, "uri": source.uri})
+        # origin keeps how to reach it (endpoint, region...) from the clone's options, never credentials.
+        kept = {} if source.location.is_local else connection_options(storage_options)[0]
+        target.docs.create(Remotes.key(ORIGIN), Remote(ORIGIN, source.uri, kept).to_json())
     for b in branches:
         if target.refs.tracking(f"{ORIGIN}/{b.name}") != b.commit_id:
             target.refs.set_tracking(ORIGIN, b.name, b.commit_id)
@@ -212,7 +221,7 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
     target.docs.create(REPO_DOC, doc, nonce=False)  # last: until then the target is no repository
     transfer.done()
     target.docs.delete(CLONING)
-    result.repository = Repository.open(target_location.uri, storage_options=dst_storage_options)
+    result.repository = Repository.open(target_location.uri, storage_options=target_location.storage_options or None)
     return result
 
 
@@ -224,7 +233,7 @@ def fetch(repo: Repository, remote: str | None = ORIGIN, *, tags: bool = False,
     repo.check_writable()
     name = remote or ORIGIN
     config = Remotes(repo).get(name)
-    source = open_remote(config.uri, read_only=True, storage_options=storage_options, name=name)
+    source = open_remote(config.uri, read_only=True, storage_options=config.options_with(storage_options), name=name)
     check_related(repo, source, name)
     result = RemoteResult("fetch", name, config.uri)
     branches = {b.name: b.commit_id for b in source.branches.list()}
@@ -320,7 +329,7 @@ def push(repo: Repository, remote: str | None = None, branch: str | None = None,
     config = Remotes(repo).get(name)
     branch = repo.default_ref(branch)
     local = repo.branches.get(branch)
-    target = open_remote(config.uri, read_only=False, storage_options=storage_options, name=name)
+    target = open_remote(config.uri, read_only=False, storage_options=config.options_with(storage_options), name=name)
     check_related(repo, target, name)
     if Protection(target).is_protected(branch):
         raise ProtectedBranchError(f"branch {branch!r} of remote {name!r} is protected: push refused; push another "
