@@ -96,6 +96,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
         return "spark-local-cluster"
     if "spark" in names:
         return "spark-session"
+    if "azure_server" in names:
+        return "azure-server"  # one Azurite (a Node process) for the few tests that need it
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -318,6 +320,30 @@ _prefix_counter = iter(range(1_000_000))
 def s3_uri(s3_server):
     """(a fresh s3:// repository URI, storage options) on the test server."""
     return s3_server.uri(f"t{next(_prefix_counter)}-{os.getpid()}/repo"), dict(s3_server.storage_options)
+
+
+@pytest.fixture(scope="session")
+def azure_server():
+    """One Azurite (Azure Blob) server on 127.0.0.1 per worker. Skipped when ``azurite-blob`` is
+    missing (``npm install --prefix .ci/node azurite@3``), except under CI, where ``.ci/run``
+    installs it: a missing server must never pass silently there."""
+    from azserver import AzuriteServer, azurite_binary
+
+    if azurite_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("Azurite is missing: .ci/run installs it (npm install --prefix .ci/node azurite@3)")
+        pytest.skip("Azurite (npm package azurite) is not installed")
+    pytest.importorskip("azure.storage.blob")
+    server = AzuriteServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def az_uri(azure_server):
+    """(a fresh az:// repository URI, storage options) on the Azurite server."""
+    return azure_server.uri(f"t{next(_prefix_counter)}-{os.getpid()}/repo"), dict(azure_server.storage_options)
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

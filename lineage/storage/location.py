@@ -38,7 +38,9 @@ _ENV_ALIASES = {"AWS_ENDPOINT_URL": "aws_endpoint", "AWS_ENDPOINT": "aws_endpoin
 _CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
                 "proxy_ca_certificate", "proxy_excludes", "user_agent", "http1_only", "http2_only",
                 "pool_idle_timeout", "pool_max_idle_per_host", "default_content_type"}
-_CONFIG_PREFIX = {"s3": "aws_", "gs": "google_", "az": "azure_", "abfs": "azure_", "abfss": "azure_"}
+# obstore's Azure keys mix two prefixes (``azure_storage_account_name``, ``azure_client_id``) and take
+# every bare name too (``account_name``, ``client_id``): Azure options pass through as given.
+_CONFIG_PREFIX = {"s3": "aws_", "gs": "google_", "az": "", "abfs": "", "abfss": ""}
 
 
 def client_options(extra: Mapping[str, str] | None = None) -> dict[str, Any]:
