@@ -83,7 +83,8 @@ class AzuriteServer:
         from azure.storage.blob import BlobServiceClient
 
         client = BlobServiceClient.from_connection_string(
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};BlobEndpoint={self.endpoint};")
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};BlobEndpoint={self.endpoint};",
+            retry_total=0)  # poll here, not in the SDK's backoff
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline and self._proc is not None and self._proc.poll() is None:

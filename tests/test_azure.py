@@ -110,3 +110,22 @@ def test_clone_to_azure_and_back_keeps_the_endpoint_not_the_key(az_uri, tmp_path
     back.pull(storage_options=key)
     assert rows(back.read("t"), "k") == rows(up.read("t"), "k")
     assert up.fsck().problems == [] and back.fsck().problems == []
+
+
+def test_environment_variables_alone_configure_the_cli(azure_server, tmp_path):
+    from conftest import run_trimerge_subprocess
+
+    uri = azure_server.uri(f"env-only-{tmp_path.name}/repo")
+    options = azure_server.storage_options
+    env = {"AZURE_STORAGE_ACCOUNT_NAME": options["account_name"], "AZURE_STORAGE_ACCOUNT_KEY": options["account_key"],
+           "AZURE_STORAGE_ENDPOINT": options["endpoint"]}
+    res = run_trimerge_subprocess("init", uri, env=env, cwd=tmp_path)  # plain http is refused unless allowed
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "AZURE_ALLOW_HTTP=true" in res.stderr
+    env["AZURE_ALLOW_HTTP"] = "true"
+    assert run_trimerge_subprocess("init", uri, env=env, cwd=tmp_path).exit_code == 0
+    (tmp_path / "p.csv").write_text("sku,price\nA1,1.10\n")
+    res = run_trimerge_subprocess("-C", uri, "table", "create", "p", tmp_path / "p.csv", "-k", "sku", env=env, cwd=tmp_path)
+    assert res.exit_code == 0, res.stderr
+    res = run_trimerge_subprocess("read", f"{uri}::main::p", "--format", "json", env=env, cwd=tmp_path)
+    assert res.exit_code == 0 and json.loads(res.stdout) == [{"sku": "A1", "price": 1.1}], res.stderr

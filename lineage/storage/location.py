@@ -29,8 +29,12 @@ CONNECT_TIMEOUT = os.environ.get("TRIMERGE_STORE_CONNECT_TIMEOUT", "5s")
 MAX_RETRIES = int(os.environ.get("TRIMERGE_STORE_RETRIES", "3"))
 
 # Environment variables obstore's builders do not read under these names but Lance does.
-_ENV_ALIASES = {"AWS_ENDPOINT_URL": "aws_endpoint", "AWS_ENDPOINT": "aws_endpoint",
-                "AWS_ALLOW_HTTP": "allow_http"}
+# (allow_http is an HTTP-client option: obstore's clients get it only when it is passed.)
+_ENV_ALIASES = {
+    "s3": {"AWS_ENDPOINT_URL": "aws_endpoint", "AWS_ENDPOINT": "aws_endpoint", "AWS_ALLOW_HTTP": "allow_http"},
+    "az": {"AZURE_ALLOW_HTTP": "allow_http"}, "abfs": {"AZURE_ALLOW_HTTP": "allow_http"},
+    "abfss": {"AZURE_ALLOW_HTTP": "allow_http"}, "gs": {"GOOGLE_ALLOW_HTTP": "allow_http"},
+}
 
 
 # Options that obstore takes as HTTP-client settings rather than store settings (Lance takes both
@@ -120,10 +124,9 @@ class Location:
     def merged_options(self) -> dict[str, str]:
         """Explicit options over the environment's, under the lower-case keys both libraries accept."""
         merged: dict[str, str] = {}
-        if self.scheme == "s3":
-            for env, key in _ENV_ALIASES.items():
-                if os.environ.get(env) and key not in merged:
-                    merged[key] = os.environ[env]
+        for env, key in _ENV_ALIASES.get(self.scheme, {}).items():
+            if os.environ.get(env) and key not in merged:
+                merged[key] = os.environ[env]
         merged.update({k.lower(): v for k, v in self.storage_options.items()})
         return merged
 

@@ -39,7 +39,8 @@ def explain(text: str, scheme: str = "s3", timeout: str = "30s") -> str | None:
     took = re.search(r" in ([0-9.]+)(µs|ms|s)\b", flat)
     after = f" after {float(took.group(1)):.1f}{took.group(2)}" if took else ""
     if "BadScheme" in flat or "builder error" in flat and "http://" in flat:
-        return ("the endpoint uses plain http, which is refused unless allowed: set AWS_ALLOW_HTTP=true "
+        variable = {"az": "AZURE_ALLOW_HTTP", "gs": "GOOGLE_ALLOW_HTTP"}.get(scheme, "AWS_ALLOW_HTTP")
+        return (f"the endpoint uses plain http, which is refused unless allowed: set {variable}=true "
                 "or pass --storage-option allow_http=true (storage_options={'allow_http': 'true'})")
     if "kind: Timeout" in flat or "TimedOut" in flat or "timed out" in flat.lower():
         return (f"the storage endpoint did not answer: timed out (gave up{after}, retries included; the limit per "
