@@ -129,3 +129,19 @@ def test_environment_variables_alone_configure_the_cli(azure_server, tmp_path):
     assert res.exit_code == 0, res.stderr
     res = run_trimerge_subprocess("read", f"{uri}::main::p", "--format", "json", env=env, cwd=tmp_path)
     assert res.exit_code == 0 and json.loads(res.stdout) == [{"sku": "A1", "price": 1.1}], res.stderr
+
+
+@pytest.mark.spark
+def test_a_spark_diff_reads_azure_with_the_options_carried_by_the_tasks(az_uri, spark):
+    uri, options = az_uri
+    repo = trimerge.Repository.init(uri, storage_options=options)
+    repo.create_table("t", T(id=list(range(50)), v=[f"v{i}" for i in range(50)]), "id")
+    repo.branches.create("dev")
+    repo.upsert("t", T(id=[3, 60], v=["three", "sixty"]), branch="dev")
+    repo.delete("t", "id = 7", branch="dev")
+    local = diff("main", "dev", repo=repo).tables["t"]
+    remote = diff("main", "dev", repo=repo, engine="spark", spark=spark).tables["t"]
+    assert remote.engine == "spark"
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(remote.rows().to_pylist(), key=key) == sorted(local.rows().to_pylist(), key=key)
+    assert [r["change"] for r in sorted(local.rows().to_pylist(), key=key)] == ["update", "delete", "insert"]
