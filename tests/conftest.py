@@ -147,16 +147,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: not (item.get_closest_marker("xdist_group") is None and _starts_first(item)))
 
 
-#: Session fixtures that hold JVMs (the local cluster's five, the Spark session's one). Their tests
-#: share one xdist group, so on their worker they run back to back: the fixture is finished as soon
-#: as the next test there does not use it, instead of idling beside the rest of the suite. A later
-#: test that asks for it again gets a new one (pytest recreates a finished fixture).
+#: Session fixtures that hold JVMs (the local cluster's five, the Spark session's one). Under xdist
+#: their tests share one group, so on their worker they run back to back: the fixture is finished as
+#: soon as the next test there does not use it, instead of idling beside the rest of the suite. (In
+#: one process, ``-n 0``, their tests are spread out, so they are kept to the end as before.)
 RELEASED_AFTER_LAST_USE = ("local_cluster", "spark")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     result = yield  # the test's own fixtures are torn down first
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return result
     used = set(getattr(item, "fixturenames", ()))
     following = set(getattr(nextitem, "fixturenames", ())) if nextitem is not None else set()
     info = getattr(item, "_fixtureinfo", None)
