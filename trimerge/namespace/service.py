@@ -71,6 +71,13 @@ def _field(request: Any, name: str) -> Any:
     return getattr(request, name, None)
 
 
+def _other_version(request: Any, tv: Any) -> Any:
+    """The Lance version ``request`` asks for when it is not the one the ref pins, else None: a
+    namespace serves exactly the ref's state, never another version of its dataset."""
+    asked = _field(request, "version")
+    return asked if asked is not None and asked != tv.version else None
+
+
 def _manifest_path(location: str, version: int) -> str:
     """A manifest's path in its object store (V2 naming): a local path, or the key inside the bucket."""
     path = f"{location}/_versions/{_U64_MAX - version:020d}.manifest"
@@ -229,8 +236,7 @@ class TrimergeNamespace(ln.LanceNamespace):
     def describe_table(self, request: Any) -> ln.DescribeTableResponse:
         """Location, version and storage options that open exactly the table's data at the ref."""
         table, ref, commit, tv = self._table_version(request)
-        asked = _field(request, "version")
-        if asked is not None and asked != tv.version:
+        if _other_version(request, tv) is not None:
             raise ln.TableVersionNotFoundError(
                 f"{table} at {ref} is Lance version {tv.version}; open another ref (ref=, branch=, tag=, or "
                 f"a [REF, TABLE] id) to see other states")
@@ -269,8 +275,8 @@ class TrimergeNamespace(ln.LanceNamespace):
         """A LanceDB query pushed down to the namespace (``namespace_client_pushdown_operations=
         ["QueryTable"]``), run on exactly the table's version at the ref: an Arrow IPC file."""
         table, ref, _, tv = self._table_version(request)
-        asked = _field(request, "version")
-        if asked is not None and asked != tv.version:
+        asked = _other_version(request, tv)
+        if asked is not None:
             raise ln.TableVersionNotFoundError(
                 f"{table} at {ref} is Lance version {tv.version}, not {asked}: open the table again to read the "
                 f"ref's current state, or name another ref ([REF, TABLE] id) to read an older one")
@@ -284,8 +290,8 @@ class TrimergeNamespace(ln.LanceNamespace):
     def describe_table_version(self, request: Any) -> ln.DescribeTableVersionResponse:
         """The version the ref pins; any other version number is not part of the ref."""
         table, ref, _, tv = self._lance_table_version(request)
-        asked = _field(request, "version")
-        if asked is not None and asked != tv.version:
+        asked = _other_version(request, tv)
+        if asked is not None:
             raise ln.TableVersionNotFoundError(
                 f"{table} at {ref} is Lance version {tv.version}, not {asked}: a Lance version is not a trimerge "
                 f"state; open the state's ref instead (open_table({table!r}, namespace_path=[REF]) or the 'ref' "
