@@ -13,6 +13,7 @@ checks that both give the same answers on the values where engines usually disag
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -66,68 +67,92 @@ def names_where(flags: pl.DataFrame, names: Sequence[str], n: int, alias: str = 
     return pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), values)).alias(alias)
 
 
+def names_where_expr(flags: Sequence[str], names: Sequence[str], alias: str = "changed_columns") -> pl.Expr:
+    """:func:`names_where` as an expression over the boolean columns ``flags``."""
+    picked = [pl.when(pl.col(f)).then(pl.lit(n)) for f, n in zip(flags, names)] or [pl.lit(None, dtype=pl.String)]
+    return pl.concat_list(picked).list.drop_nulls().alias(alias)
+
+
 def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequence[str], added: Sequence[str],
              before_columns: Sequence[str], after_columns: Sequence[str]) -> pa.Table:
     """Join candidate rows by key and compare values null-safely (floats exactly).
 
     A key on both sides with equal compared values is no change (a moved or rewritten row)."""
-    key = list(key)
-    id_b = [ROWID] if ROWID in before.column_names else []
-    id_a = [ROWID] if ROWID in after.column_names else []
-    types = {**{f.name: f.type for f in before.schema}, **{f.name: f.type for f in after.schema}}
-    b = arrowtypes.to_polars(before.select(key + list(before_columns) + id_b))  # decimal256 carried safely
-    a = arrowtypes.to_polars(after.select(key + list(after_columns) + id_a))
-    if not id_b:
-        b = b.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
-    if not id_a:
-        a = a.with_columns(pl.lit(None, dtype=pl.UInt64).alias(ROWID))
-    b = b.rename({ROWID: BEFORE_ROWID})
-    a = a.rename({ROWID: AFTER_ROWID})
-    assert isinstance(b, pl.DataFrame) and isinstance(a, pl.DataFrame)
-    # Key columns may differ in type across a widening; compare in the after side's types.
-    for k in key:
-        if b.schema[k] != a.schema[k]:
-            b = b.with_columns(pl.col(k).cast(a.schema[k]))
-    b = b.rename({c: f"b\x00{c}" for c in before_columns}).with_columns(pl.lit(True).alias("\x00in_b"))
-    a = a.rename({c: f"a\x00{c}" for c in after_columns}).with_columns(pl.lit(True).alias("\x00in_a"))
-    j = b.join(a, on=key, how="full", coalesce=True, nulls_equal=True)
-    in_b = pl.col("\x00in_b").fill_null(False)
-    in_a = pl.col("\x00in_a").fill_null(False)
-    compared = list(common) + list(added)
-    differs = []
-    for c in common:
-        differs.append(~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), j.schema[f"b\x00{c}"],
-                                    j.schema[f"a\x00{c}"]))
-    differs += [pl.col(f"a\x00{c}").is_not_null() for c in added]
-    both = in_b & in_a
-    j = j.with_columns(
-        change_kind(in_b, in_a).alias("change"),
-        *[(both & d).alias(f"\x00ne{i}") for i, d in enumerate(differs)],
-    )
-    flags = [f"\x00ne{i}" for i in range(len(compared))]
-    if flags:
-        j = j.filter((pl.col("change") != "update") | pl.any_horizontal(flags))
-    else:
-        j = j.filter(pl.col("change") != "update")
-    j = j.with_columns(names_where(j.select(flags), compared, j.height))
+    names = (tuple(key), tuple(common), tuple(added), tuple(before_columns), tuple(after_columns))
+    if before.num_rows == 0 and after.num_rows == 0:
+        # Unchanged tables ask this often; the answer depends only on the schemas and names.
+        return _classified_empty(before.schema, after.schema, names)
+    return _plan(before.schema, after.schema, names).run(before, after)
 
-    def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
-        if not cols:
-            return pl.lit(None).alias("_")
-        return pl.when(present).then(pl.struct([pl.col(f"{prefix}\x00{c}").alias(c) for c in cols])).otherwise(None)
 
-    out = j.select(
-        *[pl.col(k) for k in key],
-        pl.col("change"),
-        pl.col("changed_columns"),
-        side("b", before_columns, in_b).alias("before"),
-        side("a", after_columns, in_a).alias("after"),
-        pl.col(BEFORE_ROWID).cast(pl.UInt64),
-        pl.col(AFTER_ROWID).cast(pl.UInt64),
-    ).sort(key)
-    table = out.to_arrow()
-    schema = pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in table.schema])
-    return arrowtypes.restore(table.cast(schema), types, ("before", "after"))
+@lru_cache(maxsize=256)
+def _classified_empty(before: pa.Schema, after: pa.Schema, names: tuple[tuple[str, ...], ...]) -> pa.Table:
+    return _plan(before, after, names).run(before.empty_table(), after.empty_table())
+
+
+@lru_cache(maxsize=256)
+def _plan(before: pa.Schema, after: pa.Schema, names: tuple[tuple[str, ...], ...]) -> "_ClassifyPlan":
+    return _ClassifyPlan(before, after, *names)
+
+
+class _ClassifyPlan:
+    """:func:`classify`'s polars expressions for one pair of schemas, built once: on the small
+    inputs most diffs classify, building expressions costs more than running them."""
+
+    def __init__(self, before: pa.Schema, after: pa.Schema, key: tuple[str, ...], common: tuple[str, ...],
+                 added: tuple[str, ...], before_columns: tuple[str, ...], after_columns: tuple[str, ...]) -> None:
+        self.key = list(key)
+        self.types = {**{f.name: f.type for f in before}, **{f.name: f.type for f in after}}
+        sides = []
+        for schema, prefix, columns, row_id in ((before, "b", before_columns, BEFORE_ROWID),
+                                                (after, "a", after_columns, AFTER_ROWID)):
+            read = self.key + list(columns) + ([ROWID] if ROWID in schema.names else [])
+            sides.append((read, arrowtypes.to_polars(schema.empty_table().select(read)).schema, prefix, columns,
+                          row_id))
+        a_types = sides[1][1]
+        self.reads: list[list[str]] = []
+        self.prepare: list[list[pl.Expr]] = []
+        for read, types, prefix, columns, row_id in sides:
+            # Key columns may differ in type across a widening; compare in the after side's types.
+            exprs = [pl.col(k).cast(a_types[k]) if types[k] != a_types[k] else pl.col(k) for k in self.key]
+            exprs += [pl.col(c).alias(f"{prefix}\x00{c}") for c in columns]
+            exprs.append(pl.col(ROWID).alias(row_id) if ROWID in read else pl.lit(None, dtype=pl.UInt64).alias(row_id))
+            exprs.append(pl.lit(True).alias(f"\x00in_{prefix}"))
+            self.reads.append(read)
+            self.prepare.append(exprs)
+        b_types = sides[0][1]
+        in_b = pl.col("\x00in_b").fill_null(False)
+        in_a = pl.col("\x00in_a").fill_null(False)
+        self.compared = list(common) + list(added)
+        differs = [~same_values(pl.col(f"b\x00{c}"), pl.col(f"a\x00{c}"), b_types[c], a_types[c]) for c in common]
+        differs += [pl.col(f"a\x00{c}").is_not_null() for c in added]
+        both = in_b & in_a
+        self.marks = [change_kind(in_b, in_a).alias("change"),
+                      *[(both & d).alias(f"\x00ne{i}") for i, d in enumerate(differs)]]
+        self.flags = [f"\x00ne{i}" for i in range(len(self.compared))]
+        updated = pl.col("change") != "update"
+        self.keep = updated | pl.any_horizontal(self.flags) if self.flags else updated
+
+        def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
+            if not cols:
+                return pl.lit(None).alias("_")
+            return pl.when(present).then(pl.struct([pl.col(f"{prefix}\x00{c}").alias(c) for c in cols])).otherwise(None)
+
+        self.out = [*[pl.col(k) for k in self.key], pl.col("change"), names_where_expr(self.flags, self.compared),
+                    side("b", before_columns, in_b).alias("before"), side("a", after_columns, in_a).alias("after"),
+                    pl.col(BEFORE_ROWID).cast(pl.UInt64), pl.col(AFTER_ROWID).cast(pl.UInt64)]
+
+    def run(self, before: pa.Table, after: pa.Table) -> pa.Table:
+        b, a = (arrowtypes.to_polars(t.select(read)).select(exprs)
+                for t, read, exprs in zip((before, after), self.reads, self.prepare))
+        j = b.join(a, on=self.key, how="full", coalesce=True, nulls_equal=True).with_columns(self.marks)
+        table = j.filter(self.keep).select(self.out).sort(self.key).to_arrow()
+        return arrowtypes.restore(table.cast(_plain_schema(table.schema)), self.types, ("before", "after"))
+
+
+@lru_cache(maxsize=256)
+def _plain_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_type(plain_type(_large_to_plain(f.type))) for f in schema])
 
 
 def _large_to_plain(t: pa.DataType) -> pa.DataType:
