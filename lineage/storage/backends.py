@@ -99,9 +99,9 @@ class LocalBackend:
         """Refuse (:class:`CorruptRepositoryError`) a key reached through a symbolic link that
         leaves the repository (this folder's parent): trimerge never creates links, and following
         one would read — and a swap would then replace — something that is not the repository's."""
-        path = self.root
+        path = str(self.root)  # plain strings: this runs on every read, pathlib's parsing showed in profiles
         for part in key.split("/"):
-            path = path / part
+            path = os.path.join(path, part)
             try:
                 link = os.path.islink(path)
             except (ValueError, OSError):
