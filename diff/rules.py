@@ -67,9 +67,11 @@ def names_where(flags: pl.DataFrame, names: Sequence[str], n: int, alias: str = 
     return pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), values)).alias(alias)
 
 
-def names_where_expr(flags: Sequence[str], names: Sequence[str], alias: str = "changed_columns") -> pl.Expr:
-    """:func:`names_where` as an expression over the boolean columns ``flags``."""
-    picked = [pl.when(pl.col(f)).then(pl.lit(n)) for f, n in zip(flags, names)] or [pl.lit(None, dtype=pl.String)]
+def names_where_expr(flags: Sequence[str | pl.Expr], names: Sequence[str], alias: str = "changed_columns") -> pl.Expr:
+    """:func:`names_where` as an expression over boolean columns or expressions ``flags`` (null
+    counts as unset)."""
+    picked = [pl.when(pl.col(f) if isinstance(f, str) else f).then(pl.lit(n)) for f, n in zip(flags, names)]
+    picked = picked or [pl.lit(None, dtype=pl.String)]
     return pl.concat_list(picked).list.drop_nulls().alias(alias)
 
 

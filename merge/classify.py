@@ -26,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.lineage.tables import arrowtypes
-from trimerge.diff.rules import names_where, same_values
+from trimerge.diff.rules import names_where_expr, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
     "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")
@@ -117,37 +117,38 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str], resto
         base = [pl.col(s).struct.field(c) for s, fields in (("\x01before_o", fb_o), ("\x01before_t", fb_t)) if c in fields]
         exprs.append(pl.coalesce(base).alias(col("b", c)) if base else pl.lit(None).alias(col("b", c)))
     flat = j.with_columns(exprs)
+    types = flat.schema  # read once: each read of a frame's schema costs as much as a small operation
     # Final values differ? Compared before any cast, under the diff's equality rule.
     differ = [(pl.col("\x01has_o") & pl.col("\x01has_t") &
-               ~same_values(pl.col(col("o", c)), pl.col(col("t", c)), flat.schema[col("o", c)],
-                            flat.schema[col("t", c)])).alias(f"\x00d{i}") for i, c in enumerate(value_columns)]
+               ~same_values(pl.col(col("o", c)), pl.col(col("t", c)), types[col("o", c)],
+                            types[col("t", c)])).alias(f"\x00d{i}") for i, c in enumerate(value_columns)]
     flat = flat.with_columns(differ)
+    targets = pl.from_arrow(merged.empty_table().select(value_columns)).schema
+    wanted = [(c, side, targets[c]) for c in value_columns for side in SIDES if types[col(side, c)] != targets[c]]
+    try:  # usually every value converts: one operation
+        return flat.with_columns([pl.col(col(side, c)).cast(target, strict=True) for c, side, target in wanted])
+    except (pl.exceptions.PolarsError, pa.ArrowException):
+        pass
     casts = []
-    for c in value_columns:
-        target = pl.from_arrow(pa.table({c: pa.array([], merged.field(c).type)})).schema[c]
-        for side in SIDES:
-            name = col(side, c)
-            if flat.schema[name] == target:
-                continue
-            try:
-                flat = flat.with_columns(pl.col(name).cast(target, strict=True))
-            except (pl.exceptions.PolarsError, pa.ArrowException):
-                casts.append((pl.col(col("o", c)) if side == "t" else pl.lit(None)).cast(target, strict=False).alias(name))
+    for c, side, target in wanted:
+        name = col(side, c)
+        try:
+            flat = flat.with_columns(pl.col(name).cast(target, strict=True))
+        except (pl.exceptions.PolarsError, pa.ArrowException):
+            casts.append((pl.col(col("o", c)) if side == "t" else pl.lit(None)).cast(target, strict=False).alias(name))
     return flat.with_columns(casts) if casts else flat
 
 
 def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> pl.DataFrame:
-    n = j.height
-    d = j.select([f"\x00d{i}" for i in range(len(value_columns))])
-    j = j.with_columns(names_where(d, value_columns, n, "\x01differing"))
+    differs = [f"\x00d{i}" for i in range(len(value_columns))]
     changed_o = [pl.col("\x01changed_o").list.contains(c).fill_null(False) for c in value_columns]
     changed_t = [pl.col("\x01changed_t").list.contains(c).fill_null(False) for c in value_columns]
-    flags = j.select(
-        *[(pl.col(f"\x00d{i}") & changed_t[i] & ~changed_o[i]).alias(f"\x00take{i}") for i in range(len(value_columns))],
-        *[(pl.col(f"\x00d{i}") & changed_t[i] & changed_o[i]).alias(f"\x00both{i}") for i in range(len(value_columns))])
-    take = names_where(flags.select([f"\x00take{i}" for i in range(len(value_columns))]), value_columns, n, "\x01take_cols")
-    both = names_where(flags.select([f"\x00both{i}" for i in range(len(value_columns))]), value_columns, n,
-                       "\x01conflict_cols")
+    j = j.with_columns(
+        names_where_expr(differs, value_columns, "\x01differing"),
+        names_where_expr([pl.col(d) & t & ~o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
+                         "\x01take_cols"),
+        names_where_expr([pl.col(d) & t & o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
+                         "\x01conflict_cols"))
     deleted_o, deleted_t = pl.col("\x01change_o") == "delete", pl.col("\x01change_t") == "delete"
     inserted_o, inserted_t = pl.col("\x01change_o") == "insert", pl.col("\x01change_t") == "insert"
     op = (pl.when(deleted_o & deleted_t).then(pl.lit(CONVERGED))
@@ -156,7 +157,7 @@ def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> 
           .when(inserted_o & inserted_t).then(pl.lit(INSERT_INSERT))
           .when(inserted_o | inserted_t | pl.lit(granularity == "row")).then(pl.lit(UPDATE_UPDATE))
           .otherwise(pl.lit(CELLS)).alias("\x01op"))
-    j = j.with_columns(take, both, op).drop([f"\x00d{i}" for i in range(len(value_columns))])
+    j = j.with_columns(op).drop(differs)
     # A row conflict of updates settles cell by cell too: every differing cell is in conflict.
     row_level = pl.col("\x01op") == UPDATE_UPDATE
     return j.with_columns(pl.when(row_level).then(pl.col("\x01differing")).otherwise(pl.col("\x01conflict_cols"))
