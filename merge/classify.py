@@ -26,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from trimerge.lineage.tables import arrowtypes
-from trimerge.diff.rules import names_where_expr, same_values
+from trimerge.diff.rules import names_where, same_values
 
 SOURCE_ONLY, CONVERGED, DELETE_MODIFY, INSERT_INSERT, UPDATE_UPDATE, CELLS = (
     "source_only", "converged", "delete_modify", "insert_insert", "update_update", "cells")
@@ -144,10 +144,10 @@ def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> 
     changed_o = [pl.col("\x01changed_o").list.contains(c).fill_null(False) for c in value_columns]
     changed_t = [pl.col("\x01changed_t").list.contains(c).fill_null(False) for c in value_columns]
     j = j.with_columns(
-        names_where_expr(differs, value_columns, "\x01differing"),
-        names_where_expr([pl.col(d) & t & ~o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
+        names_where(differs, value_columns, "\x01differing"),
+        names_where([pl.col(d) & t & ~o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
                          "\x01take_cols"),
-        names_where_expr([pl.col(d) & t & o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
+        names_where([pl.col(d) & t & o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
                          "\x01conflict_cols"))
     deleted_o, deleted_t = pl.col("\x01change_o") == "delete", pl.col("\x01change_t") == "delete"
     inserted_o, inserted_t = pl.col("\x01change_o") == "insert", pl.col("\x01change_t") == "insert"
