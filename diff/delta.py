@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from trimerge.diff.images import BeforeImages
 from trimerge.diff.planner import Snapshot, set_minus
-from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, empty_with_row_ids, take_all
+from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, schema_with_row_ids, take_all
 from trimerge.lineage.tables.fragments import RowIdSet
 
 CREATED = "_row_created_at_version"
@@ -54,7 +54,7 @@ def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Cha
     table — Lance is not asked."""
     assert snap.tv is not None, "a delta is read from an existing table"
     tv = snap.tv
-    schema = empty_with_row_ids(snap.ds.schema).schema
+    schema = schema_with_row_ids(snap.ds.schema)
     if tv.version == version:
         return iter(()), lambda: pa.array([], pa.uint64()), lambda: pa.array([], pa.uint64())
     fragments = written_fragments(snap, version)

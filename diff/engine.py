@@ -40,7 +40,7 @@ from trimerge.diff.images import BeforeImages, restrict_rows
 from trimerge.diff.narrowrows import rows_of_changed_columns, rows_through_pairs
 from trimerge.diff.schemas import SchemaChange, index_changes, schema_changes
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, classify, project_rows
-from trimerge.diff.reads import ROWID, empty_with_row_ids, scan, take_all
+from trimerge.diff.reads import ROWID, scan, schema_with_row_ids, take_all
 from trimerge.diff.planner import (
     CandidatePlan,
     PlanAssumptionError,
@@ -419,7 +419,7 @@ class TableDiff:
         b, a = self.before_snapshot, self.after_snapshot
         sb = b.ds.schema if b.tv else a.ds.schema
         sa = a.ds.schema if a.tv else b.ds.schema
-        return tuple(empty_with_row_ids(s).schema for s in (sb, sa))  # type: ignore[return-value]
+        return schema_with_row_ids(sb), schema_with_row_ids(sa)
 
     def _collect(self, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:
         """Feed the rows that may have changed into ``out`` (side 0: before, 1: after) and record the plan."""

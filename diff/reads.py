@@ -19,8 +19,12 @@ def with_row_ids(table: pa.Table, ids: pa.Array) -> pa.Table:
     return table.append_column(ROWID, ids.cast(pa.uint64()))
 
 
-def empty_with_row_ids(schema: pa.Schema) -> pa.Table:
-    return with_row_ids(schema.empty_table(), pa.array([], pa.uint64()))
+def schema_with_row_ids(schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Schema:
+    """``schema`` (only ``columns``, in that order, if named) plus ``_rowid``: what
+    :func:`with_row_ids` gives, built from the schema alone (no tables: diffs ask this often)."""
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+    return schema.append(pa.field(ROWID, pa.uint64()))
 
 
 def conform_batches(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
@@ -42,7 +46,7 @@ def scan(snap: Snapshot, columns: Sequence[str] | None = None, **kwargs: Any) ->
     stable row id as the last column, in slices of about ``SCAN_BATCH_ROWS`` rows so a large read
     never sits in memory whole."""
     names = list(snap.ds.schema.names if columns is None else columns)
-    schema = empty_with_row_ids(snap.ds.schema.empty_table().select(names).schema).schema
+    schema = schema_with_row_ids(snap.ds.schema, names)
     pending: list[pa.RecordBatch] = []
     size = 0
     for batch in snap.ds.scanner(columns=names, with_row_id=True, batch_size=16384, **SCAN_OPTIONS,
@@ -59,7 +63,7 @@ def scan(snap: Snapshot, columns: Sequence[str] | None = None, **kwargs: Any) ->
 def take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
     """Rows by stable row id (in that order), with the ids as the last column."""
     if len(row_ids) == 0:
-        return empty_with_row_ids(snap.ds.schema.empty_table().select(columns).schema)
+        return schema_with_row_ids(snap.ds.schema, columns).empty_table()
     rows = snap.ds._take_rows(row_ids, columns=columns)
     if rows.num_rows != len(row_ids):
         raise PlanAssumptionError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")

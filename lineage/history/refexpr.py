@@ -28,6 +28,8 @@ __all__ = [
 
 _STEP_CHARS = "^~"
 _FORBIDDEN_IN_BASE = frozenset("^~:?*[\\")
+#: Names made only of these need no character-by-character check (commit ids, most branch names).
+_PLAIN_BASE = re.compile(r"[A-Za-z0-9._/@-]*\Z")
 _DIGITS = frozenset("0123456789")  # str.isdigit would also accept other scripts' digits
 # Far beyond any history length; stops absurd inputs before int() and the walk see them.
 _MAX_STEP_DIGITS = 18
@@ -126,7 +128,7 @@ def parse_ref_expr(text: str) -> RefExpr:
     base = text[:cut]
     if not base:
         raise _syntax_error(text, 0, f"missing ref name before {text[0]!r}")
-    for i, ch in enumerate(base):
+    for i, ch in enumerate(base if not _PLAIN_BASE.match(base) else ""):
         problem = _base_char_problem(ch)
         if problem:
             raise _syntax_error(text, i, problem)
