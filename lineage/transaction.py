@@ -33,7 +33,6 @@ from trimerge.lineage.errors import (
 )
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.tables.filters import check_filter, plan_filter
-from trimerge.lineage.tables.keyfilter import pinned_keys
 from trimerge.lineage.tables.rowwrites import FragmentWrites
 from trimerge.lineage.tables.upkeepwrites import UpkeepWrites
 from trimerge.lineage.storage.lease import Lease
@@ -363,6 +362,8 @@ class Transaction(FragmentWrites, UpkeepWrites):
         snapshot = self.repo.table_store.open_version(tv := self._table(name))
         plan_filter(snapshot, where, f"delete from {name}")
         ds = self._writable(name)
+        from trimerge.lineage.tables.keyfilter import pinned_keys  # sqlglot: loaded by deletes only
+
         keys = pinned_keys(where, snapshot.schema, tv.primary_key)
         edit = keyed.plan_delete(ds, keys, tv.primary_key) if keys is not None else None
         if edit is not None:  # `id = 7`, `id IN (...)`: looked up through the key index
