@@ -126,3 +126,13 @@ def test_commands_do_not_import_what_they_do_not_use(small, verb, never):
     loaded = set(json.loads(res.stdout.strip().splitlines()[-1]))
     assert "trimerge.cli" in loaded
     assert not loaded & set(never), sorted(loaded & set(never))
+
+
+def test_writes_without_a_filter_do_not_load_the_sql_parser(small, tmp_path):
+    """sqlglot (~90 ms to import) is loaded by the verbs that parse SQL, not by every write."""
+    (tmp_path / "rows.csv").write_text("id,v\n4,d\n")
+    script = RUN.replace('("lance", "pyarrow", "pandas", "pyspark")', '("sqlglot",)')
+    for verb in (["load", "t", str(tmp_path / "rows.csv"), "--mode", "upsert"], ["branch", "create", "other"]):
+        res = run_python(script, small, *verb)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip().splitlines()[-1] == "[]", verb
