@@ -1,11 +1,12 @@
 """Remotes: clone beside a plain copy, a one-row push and pull (bytes and time), a fetch of many
 metadata-only commits.
 
-Run: ``python benchmarks/bench_remotes.py [--rows N] [--commits N] [--s3]`` (defaults: 2,000,000
-rows, 1,000 commits). ``--s3`` runs the same on a SeaweedFS S3 server on 127.0.0.1 (tests/s3server.py):
-a clone from a local repository into the bucket beside uploading its files with the same client and
-threads, a clone back out, a one-row push into the bucket and a pull from it, and a fetch of
-metadata-only commits made in the bucket.
+Run: ``python benchmarks/bench_remotes.py [--rows N] [--commits N] [--s3 | --azure]`` (defaults:
+2,000,000 rows, 1,000 commits). ``--s3`` runs the same on a SeaweedFS S3 server on 127.0.0.1
+(tests/s3server.py), ``--azure`` on an Azurite server (tests/azserver.py): a clone from a local
+repository into the bucket beside uploading its files with the same client and threads, a clone back
+out, a one-row push into the bucket and a pull from it, and a fetch of metadata-only commits made in
+the bucket.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--commits", type=int, default=1_000)
-    parser.add_argument("--s3", action="store_true", help="against a SeaweedFS S3 server on 127.0.0.1")
+    stores = parser.add_mutually_exclusive_group()
+    stores.add_argument("--s3", action="store_true", help="against a SeaweedFS S3 server on 127.0.0.1")
+    stores.add_argument("--azure", action="store_true", help="against an Azurite server on 127.0.0.1")
     args = parser.parse_args()
-    if args.s3:
-        return on_s3(args.rows, args.commits)
+    if args.s3 or args.azure:
+        return on_object_store("azure" if args.azure else "s3", args.rows, args.commits)
     root = fresh_dir("remotes-bench")
     n = args.rows
     origin = trimerge.Repository.init(root / "origin")
@@ -93,15 +96,29 @@ def main() -> int:
     return 0
 
 
-def on_s3(n: int, commits: int) -> int:
+def server_and_client(kind: str):
+    """The test server of ``kind`` and a function making an obstore client of its container."""
+    from obstore.store import AzureStore, S3Store
+
+    if kind == "azure":
+        from azserver import AzuriteServer
+
+        server = AzuriteServer()
+        return server, lambda opts: AzureStore(server.container, config={
+            k: opts[k] for k in ("account_name", "account_key", "endpoint")}, client_options={"allow_http": True})
+    from s3server import S3Server
+
+    server = S3Server()
+    return server, lambda opts: S3Store(server.bucket, config={k: v for k, v in opts.items() if k.startswith("aws_")},
+                                        client_options={"allow_http": True})
+
+
+def on_object_store(kind: str, n: int, commits: int) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     import obstore
-    from obstore.store import S3Store
 
-    from s3server import S3Server
-
-    root = fresh_dir("remotes-bench-s3")
+    root = fresh_dir(f"remotes-bench-{kind}")
     rng = np.random.default_rng(7)
     origin = trimerge.Repository.init(root / "origin")
     origin.create_table("t", pa.table({"k": pa.array(np.arange(n)), "a": rng.random(n), "b": rng.integers(0, 1 << 60, n),
@@ -109,10 +126,10 @@ def on_s3(n: int, commits: int) -> int:
     files = [p for p in (root / "origin").rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     rows = []
-    with S3Server() as server:
+    server, client = server_and_client(kind)
+    with server:
         opts = dict(server.storage_options)
-        store = S3Store(server.bucket, config={k: v for k, v in opts.items() if k.startswith("aws_")},
-                        client_options={"allow_http": True})
+        store = client(opts)
 
         def upload(p) -> None:
             obstore.put(store, "plain/" + p.relative_to(root / "origin").as_posix(), p, use_multipart=True)
