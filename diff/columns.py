@@ -100,5 +100,5 @@ def row_ids(narrow: pa.Table) -> tuple[pa.Array, pa.Array]:
     """(before row ids, after row ids) of the rows a narrow classification found changed."""
     from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID
 
-    return tuple(narrow.column(c).drop_null().combine_chunks().cast(pa.uint64())  # type: ignore[return-value]
+    return tuple(narrow.column(c).drop_null().combine_chunks().cast(pa.uint64())
                  for c in (BEFORE_ROWID, AFTER_ROWID))

@@ -56,7 +56,8 @@ def change_kind_spark(in_before, in_after):
 def names_where(flags: Sequence[str | pl.Expr], names: Sequence[str], alias: str = "changed_columns") -> pl.Expr:
     """Per row, the ``names`` whose flag (a boolean column or expression; null counts as unset)
     is set, in order: a list column computed by polars, no row loop."""
-    picked = [pl.when(pl.col(f) if isinstance(f, str) else f).then(pl.lit(n)) for f, n in zip(flags, names)]
+    picked: list[pl.Expr] = [pl.when(pl.col(f) if isinstance(f, str) else f).then(pl.lit(n))
+                             for f, n in zip(flags, names)]
     picked = picked or [pl.lit(None, dtype=pl.String)]
     return pl.concat_list(picked).list.drop_nulls().alias(alias)
 

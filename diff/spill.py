@@ -134,7 +134,7 @@ class CandidateBuffer:
     def tables(self, empty: tuple[pa.Schema, pa.Schema]) -> tuple[pa.Table, pa.Table]:
         """In-memory candidates of both sides (only when nothing was spilled)."""
         assert not self.spilled
-        return tuple(  # type: ignore[return-value]
+        return tuple(
             pa.concat_tables(self.parts[s], promote_options="permissive") if self.parts[s] else empty[s].empty_table()
             for s in (0, 1))
 

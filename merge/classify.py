@@ -20,7 +20,7 @@ characters, so no table's column can collide with them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import polars as pl
 import pyarrow as pa
@@ -123,7 +123,7 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str], resto
                ~same_values(pl.col(col("o", c)), pl.col(col("t", c)), types[col("o", c)],
                             types[col("t", c)])).alias(f"\x00d{i}") for i, c in enumerate(value_columns)]
     flat = flat.with_columns(differ)
-    targets = pl.from_arrow(merged.empty_table().select(value_columns)).schema
+    targets = cast(pl.DataFrame, pl.from_arrow(merged.empty_table().select(value_columns))).schema
     wanted = [(c, side, targets[c]) for c in value_columns for side in SIDES if types[col(side, c)] != targets[c]]
     try:  # usually every value converts: one operation
         return flat.with_columns([pl.col(col(side, c)).cast(target, strict=True) for c, side, target in wanted])

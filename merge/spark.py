@@ -278,7 +278,9 @@ class SparkFold:
         deleted = (self._out.filter(F.col("kind") == "replace").mapInArrow(row_addresses(spec),
                                                                              "fragment long, offsets binary")
                    .groupBy("fragment").applyInArrow(delete_rows(spec), RECORDS))
-        new, updated, removed = [], [], []
+        new: list[Any] = []
+        updated: list[Any] = []
+        removed: list[Any] = []
         with small_jobs(self.spark, self._planned):
             out = written.unionByName(deleted).collect()
         for r in out:

@@ -12,7 +12,7 @@ more than :data:`PREFETCH_LIMIT` of them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from trimerge.lineage.storage.ids import new_ulid
 from trimerge.lineage.commit import Commit, TableVersion, digest
@@ -74,7 +74,7 @@ class CommitStore(GraphFromCommits):
             raise RefNotFoundError(f"no commit {commit_id}")
         return self._parsed(commit_id, key, doc)
 
-    def _parsed(self, commit_id: str, key: str, doc: object) -> Commit:
+    def _parsed(self, commit_id: str, key: str, doc: Any) -> Commit:  # whatever the store held: checked below
         try:
             c = Commit.from_json(without_nonce(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

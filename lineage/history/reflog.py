@@ -142,8 +142,9 @@ class Reflog:
         validate_log_name(ref)
         entries = self.entries(ref, current) if ref != HEAD_REF else self.raw(ref)
         values = [current] + [e.old for e in entries]
-        if n < len(values) and values[n] is not None:
-            return values[n]
+        found = values[n] if n < len(values) else None
+        if found is not None:
+            return found
         if n < len(values):
             raise RefNotFoundError(f"{ref}@{{{n}}}: {ref!r} did not exist then ('trimerge reflog {ref}')")
         raise RefNotFoundError(f"{ref}@{{{n}}}: the reflog of {ref!r} has only {len(entries)} entr"

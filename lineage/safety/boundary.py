@@ -157,7 +157,7 @@ def guard_returned_class(method: F, extra: tuple[str, ...] = ("__enter__", "__ex
         cls = type(result)
         if not cls.__dict__.get("__trimerge_guarded_class__", False):
             guard_class(cls, extra)
-            cls.__trimerge_guarded_class__ = True  # type: ignore[attr-defined]
+            cls.__trimerge_guarded_class__ = True
         return result
     wrapper.__trimerge_guarded__ = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

@@ -14,7 +14,8 @@ reclaims them (:mod:`trimerge.lineage.safety.orphans`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from trimerge.lineage.history import graph as graphalg
 from trimerge.lineage.commit import Commit, TableVersion
@@ -166,8 +167,9 @@ def _check_commits(repo: "FsckHost", report: FsckReport) -> set[str]:
 def _check_refs(repo: "FsckHost", report: FsckReport, good_commits: set[str]) -> list[str]:
     tips = []
     refs = repo.refs
-    checks = [(f"branch {n}", lambda n=n: refs.branch(n)) for n in refs.branch_names(include_internal=True)]
-    checks += [(f"tag {n}", lambda n=n: refs.tag(n)) for n in refs.tag_names()]
+    checks: list[tuple[str, Callable[[], Any]]] = [
+        (f"branch {n}", partial(refs.branch, n)) for n in refs.branch_names(include_internal=True)]
+    checks += [(f"tag {n}", partial(refs.tag, n)) for n in refs.tag_names()]
     for what, read in checks:
         report.refs += 1
         try:

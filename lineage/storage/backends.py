@@ -57,6 +57,8 @@ class Stored:
 class Backend(Protocol):
     """The storage interface the rest of trimerge uses (keys are '/'-separated, relative)."""
 
+    remote: bool  # whether requests cross a network (reading many documents at once then pays)
+
     def get(self, key: str) -> Stored | None: ...
 
     def create(self, key: str, data: bytes) -> Any | None: ...

@@ -115,7 +115,7 @@ class Lease:
     def _bytes(doc: dict) -> bytes:
         return dumps({**doc, NONCE: new_ulid()})
 
-    def try_acquire(self, on_dead_holder: Callable[[Holder | None], None] | None = None) -> bool:
+    def try_acquire(self, on_dead_holder: Callable[[Holder | None], object] | None = None) -> bool:
         """Take the lease if it is free, released or held by a dead holder; never waits."""
         hint = self.released_versions.pop(self.key, None)
         if hint is not None:
@@ -147,7 +147,7 @@ class Lease:
         return self.held
 
     def acquire(self, timeout: float, what: str,
-                on_dead_holder: Callable[[Holder | None], None] | None = None) -> "Lease":
+                on_dead_holder: Callable[[Holder | None], object] | None = None) -> "Lease":
         """Wait up to ``timeout`` seconds; :class:`ConcurrentWriteError` (retryable) after that."""
         deadline = time.monotonic() + timeout
         delay = 0.005

@@ -15,7 +15,7 @@ without a key index (small tables: see ``index.key_min_rows``), keep using ``mer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -78,7 +78,7 @@ def plan_upsert(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[
         differs = np.zeros(len(at_rows), dtype=bool)
     else:
         try:
-            differs = pl.from_arrow(new).select(pl.any_horizontal(
+            differs = cast(pl.DataFrame, pl.from_arrow(new)).select(pl.any_horizontal(
                 [~pl.col(c).eq_missing(pl.Series(c, pl.from_arrow(old.column(c)))) for c in values])).to_series().to_numpy()
         except Exception:  # a type polars cannot compare: treat as changed (the diff drops equal rows)
             differs = np.ones(len(at_rows), dtype=bool)

@@ -180,7 +180,8 @@ class TrimergeGroup(click.Group):
                 ctx.exit(EXIT_BAD_INPUT)
             if code is None or os.environ.get("TRIMERGE_DEBUG"):
                 raise
-            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            filename = getattr(exc, "filename", None)
+            where = f" ({filename})" if filename else ""
             detail = getattr(exc, "strerror", None) or lance_message(exc)
             say_error(f"{ENVIRONMENT_ERRORS[code]}{where}: {detail}", "EnvironmentError", EXIT_BAD_INPUT)
             ctx.exit(EXIT_BAD_INPUT)
