@@ -27,6 +27,10 @@ def schema_with_row_ids(schema: pa.Schema, columns: Sequence[str] | None = None)
     return schema.append(pa.field(ROWID, pa.uint64()))
 
 
+def _name(snap: Snapshot) -> str:
+    return snap.tv.dataset if snap.tv is not None else "(no table)"
+
+
 def conform_batches(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """Batches read with ``_rowid`` (and maybe other row metadata) as a candidate table: the
     columns of ``schema`` in its order and types."""
@@ -66,7 +70,7 @@ def take(snap: Snapshot, row_ids: pa.Array, columns: list[str]) -> pa.Table:
         return schema_with_row_ids(snap.ds.schema, columns).empty_table()
     rows = snap.ds._take_rows(row_ids, columns=columns)
     if rows.num_rows != len(row_ids):
-        raise PlanAssumptionError(f"{snap.tv.dataset}: {len(row_ids) - rows.num_rows} row id(s) not found")
+        raise PlanAssumptionError(f"{_name(snap)}: {len(row_ids) - rows.num_rows} row id(s) not found")
     return with_row_ids(rows, row_ids)
 
 
@@ -89,7 +93,7 @@ def scan_ids(snap: Snapshot, ids: pa.Array | RowIdSet, columns: Sequence[str] | 
         elif hit.any():
             yield t.filter(pa.array(hit))
     if found != len(index):
-        raise PlanAssumptionError(f"{snap.tv.dataset}: {len(index) - found} row id(s) not found")
+        raise PlanAssumptionError(f"{_name(snap)}: {len(index) - found} row id(s) not found")
 
 
 class RowCache:

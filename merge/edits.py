@@ -157,6 +157,7 @@ class RowSpool:
             yield from self._tables
             return
         if not self._sealed:
+            assert self._writer is not None  # made with the directory
             self._writer.close()
             self._sealed = True
         with pa.OSFile(os.path.join(self._directory, "rows.arrow")) as source:

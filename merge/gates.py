@@ -12,6 +12,7 @@ run (or a merge with conflicts, for its reports) builds the same result in a
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, Mapping
 
 from trimerge.lineage.gates.checks import TIMEOUT_SETTING, Check, as_record, judging, table_checks
@@ -36,7 +37,7 @@ def merge_checks(three: Any) -> dict[str, tuple[tuple[str, str], ...]]:
             continue
         cb, co, ct = (table_checks(tv, name) for tv in (b, o, t))
         merged, _taken, _unresolved = merge_by_name(
-            cb, co, ct, lambda check, vb, vo, vt, table=name: _decide(three, table, check, vb, vo, vt))
+            cb, co, ct, partial(_decide, three, name))
         out[name] = as_record(merged)
     return out
 

@@ -44,7 +44,9 @@ def merge_definitions(table: str, base: Definitions, ours: Definitions, theirs: 
         kind = "index.drop_modify" if o is None or t is None else "index.add_add"
         what = "dropped on one side, redefined on the other" if kind == "index.drop_modify" else \
             "defined differently on both sides"
-        return decide(Conflict(kind, table, columns=tuple(sorted(set((o or t)[0]))), base=_shown(b), ours=_shown(o),
+        defined = o or t
+        assert defined is not None  # a conflict has a definition on at least one side
+        return decide(Conflict(kind, table, columns=tuple(sorted(set(defined[0]))), base=_shown(b), ours=_shown(o),
                                theirs=_shown(t), message=f"index {name!r} {what}"))
 
     merged, taken, unresolved = merge_by_name(base, ours, theirs, conflict)

@@ -96,9 +96,10 @@ def typed_value(found: Resolution, column: str, value: Any, schema: pa.Schema) -
 
 def cell_value(found: Resolution, column: str, schema: pa.Schema) -> Any:
     """The value a ``value`` resolution gives one conflicting cell, typed."""
-    if column not in (found.value or {}):
+    values = found.value or {}
+    if column not in values:
         raise InvalidOperationError(f"{found.describe()}: 'value' has no {column!r} (give {{{column!r}: ...}})")
-    return typed_value(found, column, found.value[column], schema)
+    return typed_value(found, column, values[column], schema)
 
 
 def given_row(found: Resolution, key: Mapping[str, Any], value_columns: list[str], schema: pa.Schema,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, cast
 
 import pyarrow as pa
 
@@ -272,7 +272,7 @@ def json_text(v: Any) -> str | None:
 def strategy_for(strategy: Any, table: str) -> Strategy | None:
     """The strategy for one table: global, per table, or the ``*`` entry of a per-table mapping."""
     if strategy is None or isinstance(strategy, str):
-        return strategy
+        return cast("Strategy | None", strategy)  # checked where the merge takes its arguments
     return strategy.get(table, strategy.get("*"))
 
 

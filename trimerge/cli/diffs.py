@@ -213,6 +213,7 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
         return
     changed = {n: td for n, td in d.tables.items() if td.status != "unchanged" or td.index_changes}
     if fmt == "parquet":
+        assert output is not None  # diff_format refused parquet without -o
         if len(changed) == 1:
             check_output_path(output, "parquet")
             only = next(iter(changed.values()))
