@@ -14,8 +14,9 @@ checks that both give the same answers on the values where engines usually disag
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Sequence, cast
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -53,13 +54,17 @@ def change_kind_spark(in_before, in_after):
     return F.when(in_before & in_after, F.lit("update")).when(in_after, F.lit("insert")).otherwise(F.lit("delete"))
 
 
-def names_where(flags: Sequence[str | pl.Expr], names: Sequence[str], alias: str = "changed_columns") -> pl.Expr:
-    """Per row, the ``names`` whose flag (a boolean column or expression; null counts as unset)
-    is set, in order: a list column computed by polars, no row loop."""
-    picked: list[pl.Expr] = [pl.when(pl.col(f) if isinstance(f, str) else f).then(pl.lit(n))
-                             for f, n in zip(flags, names)]
-    picked = picked or [pl.lit(None, dtype=pl.String)]
-    return pl.concat_list(picked).list.drop_nulls().alias(alias)
+def names_where(flags: pl.DataFrame, names: Sequence[str], n: int, alias: str = "changed_columns") -> pl.Series:
+    """Per row (``n`` rows), the names whose boolean flag column is set, in column order — a list
+    column built in bulk rather than row by row."""
+    if not names or n == 0:
+        return pl.Series(alias, [[]] * n, dtype=pl.List(pl.String))
+    matrix = flags.fill_null(False).to_numpy().astype(bool, copy=False)
+    _rows, cols = np.nonzero(matrix)  # row-major: each row's columns in order
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(matrix.sum(axis=1), out=offsets[1:])
+    values = pa.array(list(names), pa.string()).take(pa.array(cols, pa.int64()))
+    return cast(pl.Series, pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), values))).alias(alias)
 
 
 def classify(before: pa.Table, after: pa.Table, key: Sequence[str], common: Sequence[str], added: Sequence[str],
@@ -127,7 +132,7 @@ class _ClassifyPlan:
                 return pl.lit(None).alias("_")
             return pl.when(present).then(pl.struct([pl.col(f"{prefix}\x00{c}").alias(c) for c in cols])).otherwise(None)
 
-        self.out = [*[pl.col(k) for k in self.key], pl.col("change"), names_where(self.flags, self.compared),
+        self.out = [*[pl.col(k) for k in self.key], pl.col("change"), pl.col("changed_columns"),
                     side("b", before_columns, in_b).alias("before"), side("a", after_columns, in_a).alias("after"),
                     pl.col(BEFORE_ROWID).cast(pl.UInt64), pl.col(AFTER_ROWID).cast(pl.UInt64)]
 
@@ -135,7 +140,9 @@ class _ClassifyPlan:
         b, a = (arrowtypes.to_polars(t.select(read)).select(exprs)
                 for t, read, exprs in zip((before, after), self.reads, self.prepare))
         j = b.join(a, on=self.key, how="full", coalesce=True, nulls_equal=True).with_columns(self.marks)
-        table = j.filter(self.keep).select(self.out).sort(self.key).to_arrow()
+        j = j.filter(self.keep)
+        changed = names_where(j.select(self.flags), self.compared, j.height)  # numpy: fast at every size
+        table = j.with_columns(changed).select(self.out).sort(self.key).to_arrow()
         return arrowtypes.restore(table.cast(_plain_schema(table.schema)), self.types, ("before", "after"))
 
 

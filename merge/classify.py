@@ -140,15 +140,17 @@ def _flatten(j: pl.DataFrame, merged: pa.Schema, value_columns: list[str], resto
 
 
 def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> pl.DataFrame:
-    differs = [f"\x00d{i}" for i in range(len(value_columns))]
+    n = j.height
+    d = j.select([f"\x00d{i}" for i in range(len(value_columns))])
+    j = j.with_columns(names_where(d, value_columns, n, "\x01differing"))
     changed_o = [pl.col("\x01changed_o").list.contains(c).fill_null(False) for c in value_columns]
     changed_t = [pl.col("\x01changed_t").list.contains(c).fill_null(False) for c in value_columns]
-    j = j.with_columns(
-        names_where(differs, value_columns, "\x01differing"),
-        names_where([pl.col(d) & t & ~o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
-                         "\x01take_cols"),
-        names_where([pl.col(d) & t & o for d, t, o in zip(differs, changed_t, changed_o)], value_columns,
-                         "\x01conflict_cols"))
+    flags = j.select(
+        *[(pl.col(f"\x00d{i}") & changed_t[i] & ~changed_o[i]).alias(f"\x00take{i}") for i in range(len(value_columns))],
+        *[(pl.col(f"\x00d{i}") & changed_t[i] & changed_o[i]).alias(f"\x00both{i}") for i in range(len(value_columns))])
+    take = names_where(flags.select([f"\x00take{i}" for i in range(len(value_columns))]), value_columns, n, "\x01take_cols")
+    both = names_where(flags.select([f"\x00both{i}" for i in range(len(value_columns))]), value_columns, n,
+                       "\x01conflict_cols")
     deleted_o, deleted_t = pl.col("\x01change_o") == "delete", pl.col("\x01change_t") == "delete"
     inserted_o, inserted_t = pl.col("\x01change_o") == "insert", pl.col("\x01change_t") == "insert"
     op = (pl.when(deleted_o & deleted_t).then(pl.lit(CONVERGED))
@@ -157,7 +159,7 @@ def _operations(j: pl.DataFrame, value_columns: list[str], granularity: str) -> 
           .when(inserted_o & inserted_t).then(pl.lit(INSERT_INSERT))
           .when(inserted_o | inserted_t | pl.lit(granularity == "row")).then(pl.lit(UPDATE_UPDATE))
           .otherwise(pl.lit(CELLS)).alias("\x01op"))
-    j = j.with_columns(op).drop(differs)
+    j = j.with_columns(take, both, op).drop([f"\x00d{i}" for i in range(len(value_columns))])
     # A row conflict of updates settles cell by cell too: every differing cell is in conflict.
     row_level = pl.col("\x01op") == UPDATE_UPDATE
     return j.with_columns(pl.when(row_level).then(pl.col("\x01differing")).otherwise(pl.col("\x01conflict_cols"))
