@@ -124,8 +124,8 @@ class _ClassifyPlan:
         self.marks = [change_kind(in_b, in_a).alias("change"),
                       *[(both & d).alias(f"\x00ne{i}") for i, d in enumerate(differs)]]
         self.flags = [f"\x00ne{i}" for i in range(len(self.compared))]
-        updated = pl.col("change") != "update"
-        self.keep = updated | pl.any_horizontal(self.flags) if self.flags else updated
+        not_update = pl.col("change") != "update"
+        self.keep = not_update | pl.any_horizontal(self.flags) if self.flags else not_update
 
         def side(prefix: str, cols: Sequence[str], present: pl.Expr) -> pl.Expr:
             if not cols:
@@ -141,7 +141,7 @@ class _ClassifyPlan:
                 for t, read, exprs in zip((before, after), self.reads, self.prepare))
         j = b.join(a, on=self.key, how="full", coalesce=True, nulls_equal=True).with_columns(self.marks)
         j = j.filter(self.keep)
-        changed = names_where(j.select(self.flags), self.compared, j.height)  # numpy: fast at every size
+        changed = names_where(j.select(self.flags), self.compared, j.height)  # numpy: ~5x a polars list expression at 12k rows
         table = j.with_columns(changed).select(self.out).sort(self.key).to_arrow()
         return arrowtypes.restore(table.cast(_plain_schema(table.schema)), self.types, ("before", "after"))
 
