@@ -17,7 +17,7 @@ from ``ref`` as they were there (removing any added since) — the only way a re
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
@@ -70,7 +70,7 @@ def restore(repo: "RestoreHost", table: str, ref: str, *, branch: str | None = N
     # protected branch is refused too, never answered "unchanged".
     refuse(repo, name, "restore")
     if keep_gates:
-        then = with_gates(repo, table, ref, then, now_)
+        then = with_gates(repo, table, ref, then, now_, around=repo.commit(tip.commit_id).tables)
     action = ("unchanged" if then is not None and now_ is not None and same_state(then, now_) else
               "dropped" if then is None else "brought back" if now_ is None else "restored")
     result = RestoreResult(table, ref, at, name, action, dry_run=dry_run, keep_gates=keep_gates)
@@ -83,7 +83,8 @@ def restore(repo: "RestoreHost", table: str, ref: str, *, branch: str | None = N
         tx.refer(at.id)  # gc keeps its data while this runs; refused if gc condemned it
         current = tx.table_version(table) if table in tx.tables() else None
         if keep_gates and current != now_:  # changed since it was read: keep the gates it has now
-            then = with_gates(repo, table, ref, at.tables.get(table), current)
+            then = with_gates(repo, table, ref, at.tables.get(table), current,
+                              around={n: tx.table_version(n) for n in tx.tables()})
         if then is None:
             tx.drop_table(table)
         elif current is None or not same_state(current, then):
@@ -100,10 +101,11 @@ def same_state(a: TableVersion, b: TableVersion) -> bool:
 
 
 def with_gates(repo: "RestoreHost", table: str, ref: str, then: TableVersion | None,
-               now_: TableVersion | None) -> TableVersion | None:
+               now_: TableVersion | None, *, around: Mapping[str, TableVersion] | None = None) -> TableVersion | None:
     """``then`` (the table at ``ref``) carrying the checks and derived declarations ``now_`` has;
-    :class:`InvalidOperationError` when the restored table cannot carry them."""
-    from trimerge.lineage.gates.checks import bind, table_checks
+    :class:`InvalidOperationError` when the restored table cannot carry them. A check reading other
+    tables binds against them as ``around`` (the branch's tables) has them."""
+    from trimerge.lineage.gates.checks import bind, resolve_reads, table_checks
 
     hint = "pass keep_gates=False (--no-keep-gates) to take them from the ref as they were there"
     if now_ is None or (then is not None and then.checks == now_.checks and then.derived == now_.derived):
@@ -121,7 +123,9 @@ def with_gates(repo: "RestoreHost", table: str, ref: str, then: TableVersion | N
                                     f"{', '.join(lost)}: {ref} lacks the columns they name; {hint}")
     for check in table_checks(now_, table).values():
         try:
-            bind(table, dataset, check.sql, f"check {check.name!r}")
+            found, _missing = resolve_reads(check.reads(), around or {})
+            others = {n: repo.open_table_version((around or {})[n]) for n in found.values() if n != table}
+            bind(table, dataset, check.sql, f"check {check.name!r}", others=others)
         except InvalidOperationError as exc:
             raise InvalidOperationError(f"cannot restore {table!r} to {ref!r} keeping {exc}; {hint}") from None
     return replace(then, checks=now_.checks, derived=now_.derived)

@@ -117,7 +117,7 @@ class CheckScopes:
     def record(self, checks: Sequence[Check], results: Sequence[CheckResult]) -> None:
         """Note, per table, the checks that passed on the result's version."""
         for table in sorted({c.table for c in checks}):
-            passed = [c for c, r in zip(checks, results) if c.table == table and r.passed]
+            passed = [c for c, r in zip(checks, results) if c.table == table and r.passed and not r.reads]
             if passed:
                 self.passes.record(self.tables[table], self.dataset(table).schema, passed)
 
@@ -132,8 +132,10 @@ def run_gated(repo: Any, checks: Sequence[Check], dataset_of: Callable[[str], An
             raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
     scopes = CheckScopes(repo, dataset_of, tables)
     data = [scopes.data(c) for c in checks]
-    results = run_each(((c, d, tables[c.table].primary_key) for c, (d, _) in zip(checks, data)), timeout)
-    results = [replace(r, scope=scope) for r, (_, scope) in zip(results, data)]
+    # A check reading other tables reads them in the same result (and keeps its "whole result" scope).
+    results = run_each(((c, d, tables[c.table].primary_key) for c, (d, _) in zip(checks, data)), timeout,
+                       tables=tables, open_table=scopes.dataset)
+    results = [r if r.reads else replace(r, scope=scope) for r, (_, scope) in zip(results, data)]
     if record and not repo.read_only:
         scopes.record(checks, results)
     return results

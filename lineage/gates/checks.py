@@ -7,6 +7,16 @@ runs in DuckDB over the Lance dataset (projections and filters pushed into Lance
 copied), with file access disabled. Only a single query is accepted: anything that writes, loads,
 attaches or sets is refused when the check is added.
 
+A check may also read the other tables of the commit it judges, by their names (joins, ``EXISTS``,
+``IN`` subqueries, aggregates across tables), still returning failing rows of its own table:
+``SELECT s.* FROM stocks s LEFT JOIN companies c USING (symbol) WHERE c.symbol IS NULL``. The
+tables it reads are found in its SQL (:func:`~trimerge.lineage.gates.checkscope.tables_read`) and
+only those are registered beside its own. Such a *multi-table* check always runs on the whole
+result (``CheckResult.scope`` says ``whole result: ...``), since a row's verdict depends on other
+tables' rows. Adding one that names a table the branch lacks is refused; judging a commit (or a
+merge's result) that lacks a table it reads is a failed check with that reason
+(``CheckResult.reason``), not an error.
+
 ``gates`` names the branches whose merges a check gates; None means every protected branch.
 
 A check's query must return the table's key columns (refused when the check is added: the keys
@@ -29,10 +39,11 @@ import contextlib
 import json
 import threading
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from trimerge.lineage.commit import TableVersion
 from trimerge.lineage.errors import AlreadyExistsError, CheckNotFoundError, InvalidOperationError
+from trimerge.lineage.gates.checkscope import tables_read
 from trimerge.lineage.history.names import validate_branch_name, validate_table_name
 
 if TYPE_CHECKING:
@@ -41,6 +52,11 @@ if TYPE_CHECKING:
 SAMPLE_KEYS = 5  # failing rows' keys a result carries
 MAX_SQL = 100_000
 TIMEOUT_SETTING = "checks.timeout"
+#: ``CheckResult.scope`` of a check that reads other tables: it ran on the whole result.
+WHOLE_RESULT = "whole result"
+
+#: Opens a table of the commit being judged by name (a Lance dataset).
+TableOpener = Callable[[str], Any]
 
 
 @dataclass(frozen=True)
@@ -65,18 +81,24 @@ class Check:
     def gates_branch(self, branch: str, protected: Iterable[str]) -> bool:
         return branch in (set(protected) if self.gates is None else set(self.gates))
 
+    def reads(self) -> tuple[str, ...]:
+        """The other tables its SQL reads, as written (empty: it reads its own table only)."""
+        return tables_read(self.sql, self.table)
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "table": self.table, "sql": self.sql,
-                "gates": None if self.gates is None else list(self.gates)}
+                "gates": None if self.gates is None else list(self.gates), "reads": list(self.reads())}
 
 
 @dataclass(frozen=True)
 class CheckResult:
     """One check run: ``failing_rows`` counts the rows the query returned; ``sample_keys`` holds the
     first failing rows' keys (by key order; empty when the query does not return the key columns).
-    ``scope`` says what the query ran on: ``"table"``, or in a gated merge ``"rows written since
+    ``scope`` says what the query ran on: ``"table"``, in a gated merge ``"rows written since
     version N"`` (a row-local check that passed at version N: the same verdict, see
-    :mod:`trimerge.merge.checkdelta`)."""
+    :mod:`trimerge.merge.checkdelta`), or ``"whole result: <tables>"`` for a check that reads other
+    tables (``reads``). ``reason`` is set when the check could not be judged on this data (a table
+    it reads is missing): it failed, with no rows counted."""
 
     name: str
     table: str
@@ -84,25 +106,29 @@ class CheckResult:
     sample_keys: list[dict[str, Any]] = field(default_factory=list)
     sql: str = ""
     scope: str = "table"
+    reads: tuple[str, ...] = ()
+    reason: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.failing_rows == 0
+        return self.failing_rows == 0 and self.reason is None
 
     def to_json(self) -> dict[str, Any]:
         from trimerge.lineage.storage.jsonvalues import jsonable
 
         return {"name": self.name, "table": self.table, "failing_rows": self.failing_rows,
                 "sample_keys": [jsonable(k) for k in self.sample_keys], "sql": self.sql, "passed": self.passed,
-                "scope": self.scope}
+                "scope": self.scope, "reads": list(self.reads), "reason": self.reason}
 
     def describe(self) -> str:
+        on = f"check {self.name} on {self.table}" + (f" (reads {', '.join(self.reads)})" if self.reads else "")
+        if self.reason is not None:
+            return f"{on}: failed: {self.reason}"
         if self.passed:
-            return f"check {self.name} on {self.table}: passed"
+            return f"{on}: passed"
         shown = ", ".join(json.dumps(k, sort_keys=True, default=str) for k in self.sample_keys[:3])
         more = " …" if self.failing_rows > min(3, len(self.sample_keys)) else ""
-        return f"check {self.name} on {self.table}: {self.failing_rows} failing row(s)" + \
-            (f" ({shown}{more})" if shown else "")
+        return f"{on}: {self.failing_rows} failing row(s)" + (f" ({shown}{more})" if shown else "")
 
 
 def table_checks(tv: TableVersion | None, table: str) -> dict[str, Check]:
@@ -178,17 +204,43 @@ def engine_identity() -> str:
     return f"{duckdb.__version__}|{zone}|{calendar}"
 
 
-def _connect(table: str, dataset: Any) -> Any:
+def _connect(table: str, dataset: Any, others: Mapping[str, Any] | None = None) -> Any:
     con = _session()
     con.register(table, dataset)
+    for name, data in (others or {}).items():
+        con.register(name, data)
     return con
 
 
-def bind(table: str, dataset: Any, sql: str, what: str, timeout: float | None = None) -> list[str]:
-    """The query's output columns, binding it against the table without running it."""
+def resolve_reads(reads: Iterable[str], names: Collection[str]) -> tuple[dict[str, str], list[str]]:
+    """Which of ``names`` (the tables of the commit judged) each table a check reads is — the same
+    name, else the one name equal to it ignoring case (DuckDB's rule) — and those it lacks."""
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    for wanted in reads:
+        alike = [n for n in names if n.lower() == wanted.lower()]
+        match = wanted if wanted in names else alike[0] if len(alike) == 1 else None
+        if match is None:
+            missing.append(wanted)
+        else:
+            found[wanted] = match
+    return found, missing
+
+
+def lacking(missing: Sequence[str]) -> str:
+    """``CheckResult.reason`` of a check judged on data lacking tables it reads."""
+    shown = ", ".join(repr(m) for m in missing)
+    return (f"it reads table{'s' if len(missing) > 1 else ''} {shown}, which the commit or merge result "
+            "it judges does not have")
+
+
+def bind(table: str, dataset: Any, sql: str, what: str, timeout: float | None = None, *,
+         others: Mapping[str, Any] | None = None) -> list[str]:
+    """The query's output columns, binding it against the table (and ``others``: the other tables
+    it reads, by name) without running it."""
     import duckdb
 
-    con = _connect(table, dataset)
+    con = _connect(table, dataset, others)
     try:
         with _deadline(con, timeout):
             return list(con.sql(sql).columns)
@@ -199,14 +251,12 @@ def bind(table: str, dataset: Any, sql: str, what: str, timeout: float | None = 
         con.close()
 
 
-def run_check(check: Check, dataset: Any, primary_key: Sequence[str], timeout: float | None = None) -> CheckResult:
+def run_check(check: Check, dataset: Any, primary_key: Sequence[str], timeout: float | None = None, *,
+              tables: Collection[str] = (), open_table: TableOpener | None = None) -> CheckResult:
     """Run ``check`` on ``dataset`` (the table as the ref or the merge's result has it): count the
-    failing rows and take the first ones' keys, in one pass over what the query reads."""
-    con = _connect(check.table, dataset)
-    try:
-        return _run_on(con, check, primary_key, default_timeout() if timeout is None else timeout)
-    finally:
-        con.close()
+    failing rows and take the first ones' keys, in one pass over what the query reads. A check
+    reading other tables finds them among ``tables`` (names), opened by ``open_table``."""
+    return run_each([(check, dataset, primary_key)], timeout, tables=tables, open_table=open_table)[0]
 
 
 @contextlib.contextmanager
@@ -237,8 +287,8 @@ def default_timeout() -> float:
 
 
 def _run_on(con: Any, check: Check, primary_key: Sequence[str], timeout: float | None = None) -> CheckResult:
-    """``check`` on a connection where its table is registered (and no other), interrupted after
-    ``timeout`` seconds."""
+    """``check`` on a connection where the tables it reads are registered (and no other),
+    interrupted after ``timeout`` seconds."""
     import duckdb
 
     with _deadline(con, timeout) as timer:
@@ -267,40 +317,65 @@ def _query(con: Any, check: Check, primary_key: Sequence[str]) -> CheckResult:
     return CheckResult(check.name, check.table, int(n), sample, check.sql)
 
 
-def run_all(checks: Iterable[Check], open_table: Any, tables: Mapping[str, TableVersion],
+def run_all(checks: Iterable[Check], open_table: TableOpener, tables: Mapping[str, TableVersion],
             timeout: float | None = None) -> list[CheckResult]:
     """Run every check against ``open_table(table)`` (a Lance dataset), each within ``timeout``
     seconds (default: the ``checks.timeout`` setting's default); a check whose table is gone is
-    reported as failing to run."""
+    reported as failing to run. A check reading other tables reads them among ``tables`` too."""
     def runs() -> Iterable[tuple[Check, Any, Sequence[str]]]:
         for check in checks:
             if check.table not in tables:
                 raise InvalidOperationError(f"check {check.name!r}: table {check.table!r} does not exist")
             yield check, open_table(check.table), tables[check.table].primary_key
 
-    return run_each(runs(), timeout)
+    return run_each(runs(), timeout, tables=tables, open_table=open_table)
 
 
-def run_each(runs: Iterable[tuple[Check, Any, Sequence[str]]], timeout: float | None = None) -> list[CheckResult]:
+def run_each(runs: Iterable[tuple[Check, Any, Sequence[str]]], timeout: float | None = None, *,
+             tables: Collection[str] = (), open_table: TableOpener | None = None) -> list[CheckResult]:
     """Run each ``(check, data, primary key)``: ``data`` is what the query sees under the check's
     table name — the table (a Lance dataset) or some of its rows (an Arrow table: see
-    :mod:`trimerge.merge.checkdelta`) — each within ``timeout`` seconds as :func:`run_all`."""
+    :mod:`trimerge.merge.checkdelta`) — each within ``timeout`` seconds as :func:`run_all`.
+
+    A check that reads other tables (:meth:`Check.reads`) sees them as ``open_table(name)`` for
+    the names in ``tables`` (the commit judged: a ref's tables, or a merge's result), next to
+    ``data`` — which must then be its whole table — and its result's scope is ``whole result: ...``;
+    when ``tables`` lacks one, the check fails with that ``reason`` and its query does not run."""
     timeout = default_timeout() if timeout is None else timeout
+    opened: dict[str, Any] = {}
     out: list[CheckResult] = []
     con = None
     try:
-        for check, data, primary_key in runs:  # one connection; each query sees its own table only
+        for check, data, primary_key in runs:  # one connection; each query sees the tables it reads only
+            reads = check.reads()
+            found, missing = resolve_reads(reads, tables if open_table is not None else ())
+            if missing:
+                out.append(CheckResult(check.name, check.table, 0, [], check.sql, _whole(check, reads), reads,
+                                       lacking(missing)))
+                continue
+            others: dict[str, Any] = {}
+            for name in found.values():
+                if name not in opened and open_table is not None:
+                    opened[name] = open_table(name)
+                others[name] = opened[name]
             if con is None:
                 con = _session()
-            con.register(check.table, data)
+            for name, dataset in {check.table: data, **others}.items():
+                con.register(name, dataset)
             try:
-                out.append(_run_on(con, check, primary_key, timeout))
+                result = _run_on(con, check, primary_key, timeout)
             finally:
-                con.unregister(check.table)
+                for name in {check.table, *others}:
+                    con.unregister(name)
+            out.append(replace(result, scope=_whole(check, reads), reads=reads) if reads else result)
     finally:
         if con is not None:
             con.close()
     return out
+
+
+def _whole(check: Check, reads: Sequence[str]) -> str:
+    return f"{WHOLE_RESULT}: {', '.join([check.table, *reads])}"
 
 
 # ---------------------------------------------------------------------------------------------- the API
@@ -324,7 +399,8 @@ class Checks:
             actor: str | None = None, message: str | None = None) -> Check:
         """Define check ``name`` on ``table``, committed on ``branch`` (default: the current branch).
         Checked before anything is written: the name, the table, the SQL (one query that binds
-        against the table: every column it names exists) and the gated branch names."""
+        against the table and the other tables it reads, which the branch must have: every column
+        it names exists) and the gated branch names."""
         repo = self.repo
         repo.check_writable()
         what = f"check {name!r}"
@@ -338,7 +414,10 @@ class Checks:
         existing = self.list(target)
         if any(c.name == name for c in existing):
             raise AlreadyExistsError(f"a check named {name!r} exists already at {target}")
-        returned = bind(table, repo.open_table_version(tv), sql, what, repo.settings.get(TIMEOUT_SETTING))
+        tables = repo.resolve(target).tables
+        others = {n: repo.open_table_version(tables[n]) for n in _read_at(table, sql, tables, target, what)}
+        returned = bind(table, repo.open_table_version(tv), sql, what, repo.settings.get(TIMEOUT_SETTING),
+                        others=others)
         missing = [k for k in tv.primary_key if k not in returned]
         if missing:
             raise InvalidOperationError(
@@ -380,12 +459,28 @@ class Checks:
             from trimerge.lineage.gates.checkpasses import CheckPasses
 
             passes = CheckPasses(repo.docs)
-            for table in sorted({c.table for c in checks}):
-                passed = [c for c, r in zip(checks, results) if c.table == table and r.passed]
+            for table in sorted({c.table for c in checks}):  # a check reading other tables never runs on rows alone
+                passed = [c for c, r in zip(checks, results) if c.table == table and r.passed and not r.reads]
                 if passed:
                     tv = commit.tables[table]
                     passes.record(tv, repo.open_table_version(tv).schema, passed)
         return results
+
+
+def _read_at(table: str, sql: str, tables: Collection[str], target: str, what: str) -> list[str]:
+    """The tables of ``target`` that ``sql`` (a check on ``table``) reads besides it; one line when
+    it names one ``target`` lacks."""
+    found, missing = resolve_reads(tables_read(sql, table), tables)
+    if missing:
+        name = missing[0]
+        hint = ("a check reads the tables of the commit it judges, by plain name, not at other refs"
+                if "@" in name else f"tables at {target}: {_few(sorted(tables))}")
+        raise InvalidOperationError(f"{what}: the SQL reads table {name!r}, which {target} does not have ({hint})")
+    return list(found.values())
+
+
+def _few(names: Sequence[str], shown: int = 10) -> str:
+    return ", ".join(names[:shown]) + (f", … {len(names) - shown} more" if len(names) > shown else "") or "none"
 
 
 def _checked_gates(gates: Sequence[str], what: str) -> tuple[str, ...]:

@@ -1,4 +1,9 @@
-"""Which data checks are row-local: decided from the query's sqlglot tree, before anything runs.
+"""What a data check's query reads, and whether it is row-local: decided from the query's sqlglot
+tree, before anything runs.
+
+:func:`tables_read` names the tables of the ref a check reads besides its own (joins, ``EXISTS``,
+``IN`` subqueries, CTE bodies): those are registered beside its table when it runs, and such a
+check runs on the whole result (a row's verdict depends on other tables' rows).
 
 A check is *row-local* when whether a row fails, and what the query returns for it, depends on
 that row alone — ``SELECT * FROM t WHERE a < 0``. Then the failing rows of a table are the union
@@ -33,6 +38,36 @@ _KNOWN_SCALARS = frozenset({
     "length_grapheme", "regexp_full_match", "list_has", "array_has", "list_has_any", "list_has_all",
     "array_length", "len", "greatest", "least", "nullif", "ifnull", "signbit", "even", "gcd", "lcm",
 })
+
+
+def tables_read(sql: str, table: str) -> tuple[str, ...]:
+    """The tables other than ``table`` that ``sql`` names in ``FROM`` or ``JOIN`` (anywhere in the
+    query), as written and in first-seen order, compared case-insensitively as DuckDB does. Not
+    counted: CTE names, table functions (``read_csv(...)``: DuckDB runs them, with file access
+    off), and schema-qualified names (``information_schema.tables``: DuckDB's own catalog). Empty
+    for text that does not parse."""
+    return _tables_read(sql, table.lower())
+
+
+@lru_cache(maxsize=256)
+def _tables_read(sql: str, table: str) -> tuple[str, ...]:
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
+        return ()
+    out: dict[str, str] = {}
+    for tree in statements:
+        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+        for node in tree.find_all(exp.Table):
+            if not isinstance(node.this, exp.Identifier) or node.args.get("db") or node.args.get("catalog"):
+                continue
+            name = node.name
+            if name and name.lower() not in ctes and name.lower() != table:
+                out.setdefault(name.lower(), name)
+    return tuple(out.values())
 
 
 def row_local(sql: str, table: str, columns: Iterable[str]) -> bool:

@@ -19,8 +19,11 @@ def check() -> None:
 
 @check.command("add")
 @click.argument("name")
-@click.option("--table", "-t", "table", required=True, help="The table the query reads (under its own name).")
-@click.option("--sql", required=True, help="A query returning the failing rows (SELECT * FROM T WHERE ...).")
+@click.option("--table", "-t", "table", required=True,
+              help="The table whose failing rows the query returns (it may also read the branch's other tables).")
+@click.option("--sql", required=True,
+              help="A query returning the failing rows (SELECT * FROM T WHERE ...; joins, EXISTS and aggregates "
+                   "over other tables of the commit judged allowed).")
 @click.option("--gate", "gates", multiple=True, metavar="BRANCH",
               help="A branch whose merges it gates (repeatable; default: every protected branch).")
 @click.option("--branch", "-b", default=None, help="Where the definition is committed (default: the current branch).")
@@ -28,7 +31,7 @@ def check() -> None:
 @click.option("--actor", default=None)
 @common
 def check_add(obj: Context, name: str, table: str, sql: str, gates, branch, message, actor) -> None:
-    """Add check NAME on a table (one commit)."""
+    """Add check NAME on a table (one commit); refused (exit 2) when its SQL names a table the branch lacks."""
     repo = obj.repo()
     c = repo.checks.add(name, table, sql, gates=list(gates) or None, branch=branch, actor=actor, message=message)
     emit(obj, c.to_json(), f"Added check {c.name} on {c.table}")
@@ -61,7 +64,7 @@ def check_remove(obj: Context, name: str, branch, message, actor) -> None:
 @click.option("--ref", default=None, help="Ref to check (default: the current branch).")
 @common
 def check_run(obj: Context, ref) -> None:
-    """Run every check defined at a ref on its data; exit 1 when one fails."""
+    """Run every check defined at a ref on its data; exit 1 when one fails (or reads a table the ref lacks)."""
     results = obj.open(read_only=True).checks.run(ref)
     emit(obj, [r.to_json() for r in results],
          lambda: echo_lines([*(("FAILED " if not r.passed else "ok     ") + r.describe() for r in results),
