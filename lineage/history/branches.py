@@ -13,7 +13,7 @@ from trimerge.lineage.errors import (
     TagNotFoundError,
 )
 from trimerge.lineage.storage.faults import crashpoint
-from trimerge.lineage.history.protection import Protection, refuse
+from trimerge.lineage.history.protection import Protection, ProtectionRule, refuse
 from trimerge.lineage.history.names import MAIN, is_addressable, is_internal_branch, validate_branch_name, validate_tag_name
 from trimerge.lineage.history.refs import Branch, Tag, now
 from trimerge.lineage.history.reset import ResetResult  # at runtime too: typing.get_type_hints resolves it
@@ -49,10 +49,21 @@ class BranchManager:
         found = [self.get_or_none(n) for n in self.repo.refs.branch_names(include_internal)]
         return Protection(self.repo).marked(sorted((b for b in found if b), key=lambda b: (b.name != MAIN, b.name)))
 
-    def protect(self, name: str, *, actor: str | None = None) -> Branch:
+    def protect(self, name: str, *, approvals: int | None = None, checks: bool | None = None,
+                actor: str | None = None) -> Branch:
         """Refuse direct writes to branch ``name`` from now on: it changes only by merges, reverts and
-        cherry-picks (see :mod:`trimerge.lineage.history.protection`); recorded with actor and time."""
-        return Protection(self.repo).change(name, True, actor)
+        cherry-picks (see :mod:`trimerge.lineage.history.protection`); recorded with actor and time.
+
+        ``approvals=K`` (K > 0): only the merge of a merge request (``repo.requests``) with K
+        approvals of its current source tip by people other than its author, and no changes
+        requested, may change it; ``checks`` (default True with approvals): that merge must run the
+        data checks gating the branch. None keeps what the branch has."""
+        return Protection(self.repo).change(name, True, actor, approvals=approvals, checks=checks)
+
+    def protection(self, name: str) -> "ProtectionRule | None":
+        """What protected branch ``name`` requires of merges into it (None: it is not protected)."""
+        self.get(name)
+        return Protection(self.repo).rule(name)
 
     def unprotect(self, name: str, *, actor: str | None = None) -> Branch:
         """Allow direct writes to branch ``name`` again; recorded with actor and time."""
@@ -119,13 +130,16 @@ class BranchManager:
             lease.release()
         return branch
 
-    def reset(self, name: str, ref: str, *, actor: str | None = None, dry_run: bool = False) -> "ResetResult":
+    def reset(self, name: str, ref: str, *, actor: str | None = None, dry_run: bool = False,
+              expected_tip: str | None = None) -> "ResetResult":
         """Move branch ``name`` to ``ref``, as git's ``reset --hard`` moves a branch (see
         :func:`trimerge.lineage.history.reset.reset`): under the branch's lease, recorded in the reflog, so
-        ``reset(name, f"{name}@{{1}}")`` undoes it."""
+        ``reset(name, f"{name}@{{1}}")`` undoes it. Only from the tip ``ref`` was resolved at (and
+        ``expected_tip``'s commit, when given): a branch that moved meanwhile is a retryable
+        :class:`~trimerge.lineage.errors.ConcurrentWriteError`, with nothing changed."""
         from trimerge.lineage.history.reset import reset
 
-        return reset(self.repo, name, ref, actor=actor, dry_run=dry_run)
+        return reset(self.repo, name, ref, actor=actor, dry_run=dry_run, expected_tip=expected_tip)
 
     def children(self, name: str) -> builtins.list[Branch]:
         """The existing branches created from branch ``name`` — from its current incarnation: a

@@ -28,12 +28,13 @@ from trimerge.lineage.commit import format_time, parse_time
 from trimerge.lineage.errors import (BranchNotFoundError, CorruptRepositoryError, InvalidOperationError,
                                      RefNotFoundError)
 from trimerge.lineage.history.names import MAIN, validate_branch_name
-from trimerge.lineage.history.refs import encode_name, now
+from trimerge.lineage.history.refs import encode_name, entry_id, now
+from trimerge.lineage.storage.faults import crashpoint
 
 if TYPE_CHECKING:
     from trimerge.lineage.ports import DocumentStore, ReflogHost
 
-__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "list_entries", "split_at_n", "validate_log_name"]
+__all__ = ["LOGS", "Reflog", "ReflogEntry", "chain", "entry_id", "list_entries", "split_at_n", "validate_log_name"]
 
 LOGS = "logs"
 HEAD_REF = "HEAD"
@@ -51,11 +52,25 @@ class ReflogEntry:
     time: datetime
     reason: str
     key: str = ""
+    #: The id (:func:`entry_id`) of the entry of the branch's previous move, as the mover read it from
+    #: the branch document (None: the first move of this incarnation, or written by an older version).
+    #: The branch document names its newest entry (``log``), so following ``prev`` from there gives
+    #: exactly the moves that happened, never one that lost its swap (see :mod:`trimerge.hooks`).
+    prev: str | None = None
+    #: The incarnation id of the branch that moved (``Branch.id``).
+    inc: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry as JSON (what ``--json`` prints)."""
         return {"ref": self.ref, "old": self.old, "new": self.new, "actor": self.actor,
                 "time": format_time(self.time), "reason": self.reason}
+
+
+def _optional(doc: dict[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} is not text")
+    return value
 
 
 def validate_log_name(ref: Any) -> str:
@@ -97,11 +112,16 @@ class Reflog:
     def folder(ref: str) -> str:
         return f"{LOGS}/{encode_name(ref)}"
 
-    def record(self, ref: str, old: str | None, new: str | None, actor: str, reason: str) -> str:
-        """Append an entry (before the move it describes); returns its key, for :meth:`discard`."""
+    def record(self, ref: str, old: str | None, new: str | None, actor: str, reason: str, *,
+               prev: str | None = None, inc: str | None = None) -> str:
+        """Append an entry (before the move it describes); returns its key, for :meth:`discard`.
+        ``prev``/``inc``: see :class:`ReflogEntry`."""
         key = f"{self.folder(ref)}/{new_ulid()}.json"
-        self.docs.create(key, {"ref": ref, "old": old, "new": new, "actor": actor, "time": format_time(now()),
-                               "reason": reason[:500]})
+        doc: dict[str, Any] = {"ref": ref, "old": old, "new": new, "actor": actor, "time": format_time(now()),
+                               "reason": reason[:500]}
+        if inc is not None:
+            doc.update(prev=prev, inc=inc)
+        self.docs.create(key, doc)
         return key
 
     def discard(self, key: str) -> None:
@@ -117,7 +137,8 @@ class Reflog:
                 continue
             try:
                 found.append(ReflogEntry(str(doc["ref"]), doc.get("old"), doc.get("new"), str(doc.get("actor", "")),
-                                         parse_time(doc["time"]), str(doc.get("reason", "")), key))
+                                         parse_time(doc["time"]), str(doc.get("reason", "")), key,
+                                         _optional(doc, "prev"), _optional(doc, "inc")))
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptRepositoryError(f"{self.docs.where}/{key}: malformed reflog entry ({exc!r})") from None
         return sorted(found, key=lambda e: e.key, reverse=True)  # ULIDs sort by time
@@ -151,12 +172,19 @@ class Reflog:
                                f"{'y' if len(entries) == 1 else 'ies'} ('trimerge reflog {ref}')")
 
     def expire(self, retention: timedelta, at: datetime) -> int:
-        """Remove the entries older than ``retention`` (gc); returns how many went."""
+        """Remove the entries older than ``retention`` (gc); returns how many went.
+
+        Oldest first, ref by ref: a gc killed part way leaves each reflog a contiguous run of its
+        newest entries (never a gap that :func:`chain` and ``NAME@{N}`` would read across), and
+        an entry younger than the retention is never touched."""
         removed = 0
-        for e in list(self.all_entries()):
-            if at - e.time >= retention:
+        for ref in self.refs():
+            for e in reversed(self.raw(ref)):
+                if at - e.time < retention:
+                    continue
                 self.docs.delete(e.key)
                 removed += 1
+                crashpoint("reflog_entry_expired")
         return removed
 
 

@@ -3,7 +3,9 @@
 **What is kept.** Every commit reachable from a branch, a tag or a remote-tracking ref; every commit reachable from a
 branch or tag deleted less than ``retention`` ago (``deleted/`` records); everything an in-flight
 write may still publish (its intent: the Lance branches it touches, its base, planned commit and the
-commits it refers to), and what a push in flight uploads (:mod:`trimerge.lineage.safety.incoming`).
+commits it refers to), and what a push in flight uploads (:mod:`trimerge.lineage.safety.incoming`);
+the reflog entries hooks have yet to deliver and the change feed's checkpoints, as long as their
+consumers ask (:data:`~trimerge.lineage.extensions.GC_HOLDS`, filled by :mod:`trimerge.hooks`).
 Their table versions stay readable. **What goes:** datasets and Lance forks
 no kept commit uses, Lance versions no kept commit names (aborted writes, a transaction's
 intermediate versions), files no version names at all once older than the retention and an hour
@@ -244,9 +246,11 @@ class Collector:
         for record in self.deletions.records():
             if not record.expired(self.retention, self.started) and record.commit_id not in condemned:
                 starts.append(record.commit_id)
+        held_since, held_commits = self.holds()
         for entry in repo.refs.reflog.all_entries():  # after the refs: a move records its entry first
-            if self.started - entry.time < self.retention:
+            if self.started - entry.time < self.retention or (held_since is not None and entry.time >= held_since):
                 starts += [c for c in (entry.old, entry.new) if c and c not in condemned]
+        starts += [c for c in held_commits if c not in condemned and repo.commits.exists(c)]
         if starts:
             for cid in graphalg.iter_history(repo.commits, starts):
                 roots.commits.add(cid)
@@ -254,6 +258,22 @@ class Collector:
                     roots.keep(tv)
         self.lease.renew_if_due()
         return roots
+
+    def holds(self) -> tuple[Any, list[str]]:
+        """What the layers above ask gc to keep (:data:`~trimerge.lineage.extensions.GC_HOLDS`):
+        the reflog entries since the oldest time any of them names, and their commits — hooks'
+        undelivered events, change-feed checkpoints. A hold that cannot be read raises: gc must
+        not drop what it cannot tell is needed."""
+        from trimerge.lineage.extensions import GC_HOLDS
+
+        since: Any = None
+        commits: list[str] = []
+        for hold in list(GC_HOLDS.values()):
+            held_since, held = hold(self.repo)
+            if held_since is not None and (since is None or held_since < since):
+                since = held_since
+            commits += held
+        return since, commits
 
     # ------------------------------------------------------------------ step 3
     def condemn(self, verdict: list[str], keep: Iterable[str]) -> None:
@@ -372,7 +392,10 @@ class Collector:
             if record.expired(self.retention, self.started) or record.commit_id in commits:
                 self.deletions.remove(record)
                 self.report.deletion_records_expired += 1
-        self.report.reflog_entries_expired = self.repo.refs.reflog.expire(self.retention, self.started)
+        held_since, _ = self.holds()
+        reflog_retention = self.retention if held_since is None else \
+            max(self.retention, self.started - held_since + timedelta(seconds=1))
+        self.report.reflog_entries_expired = self.repo.refs.reflog.expire(reflog_retention, self.started)
         for key in self.repo.docs.list(LEGACY_RECLAIM):
             self.repo.docs.delete(key)
         self.sweep_scratch_leases()

@@ -50,9 +50,31 @@ def run_sql(repo: "SqlHost", query: Any, ref: str | None = None, timeout: float 
         for name, relation in _relations(repo, tree, default_ref).items():
             con.register(name, relation)
         seconds = float(repo.settings.get("checks.timeout")) if timeout is None else timeout
-        return _run(con, tree.sql(dialect="duckdb"), seconds)
+        table = _run(con, tree.sql(dialect="duckdb"), seconds)
     finally:
         con.close()
+    # DuckDB lets a query name two columns alike (``SELECT 1 AS a, 2 AS a``, a self-join's ``*``);
+    # Arrow keeps both, but every consumer downstream (polars, JSON objects, Parquet readers, Lance)
+    # needs names that differ: one answer for the API and every output format alike.
+    return table.rename_columns(unique_names(table.column_names))
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with each repeat renamed ``<name>_1``, ``<name>_2``, …: the first of equal names
+    keeps it, and no new name takes one that another column has (``a, a, a_1`` gives ``a, a_2, a_1``)."""
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        if name in seen:
+            n = 1
+            while f"{name}_{n}" in taken:
+                n += 1
+            name = f"{name}_{n}"
+            taken.add(name)
+        seen.add(name)
+        out.append(name)
+    return out
 
 
 def read_only_query(text: Any, what: str, refusal: str, max_chars: int = MAX_QUERY_CHARS) -> Any:

@@ -115,7 +115,9 @@ def say_error(message: str, kind: str, code: int, *, retryable: bool = False, pr
     """The one line every failure prints on stderr: text, or JSON under ``--json``."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_object(Context) if ctx is not None else None
-    text = one_line(message)
+    from trimerge.remotes.config import redact
+
+    text = redact(one_line(message))  # a URL's credentials are never printed, whichever error named it
     if (obj is not None and obj.json) or _JSON_ERRORS:
         click.echo(json.dumps({"error": text, "type": kind, "exit_code": code, "retryable": retryable}), err=True)
     else:
@@ -325,6 +327,9 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
     if output is not None and fmt == "table":  # a caller's default: the file's extension decides
         fmt = DATA_EXTENSIONS.get(output_suffix(output), "table")
     check_output_path(output, fmt)
+    from trimerge.cli.tableformats import distinct_names
+
+    table = distinct_names(table)  # every format keeps every column
     if limit is not None:
         table = table.slice(0, limit)
     if fmt in ("parquet", "lance"):
@@ -337,7 +342,11 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
         else:
             import lance
 
+            from trimerge.cli.tableformats import lance_name_problem
             from trimerge.lineage.storage.outputs import is_remote, local_path
+
+            if (problem := lance_name_problem(table)) is not None:
+                fail(f"-o {output}: {problem}")
 
             # "create" where nothing is yet: Lance warns on stderr when "overwrite" finds nothing.
             fresh = not is_remote(output) and not local_path(output, uri=True).exists()
@@ -356,6 +365,10 @@ def print_table(table, fmt: str, output: str | None, limit: int | None = None) -
 
         from trimerge.lineage.tables.arrowtypes import to_polars
 
+        if fmt == "csv":  # nested values as JSON text: polars' CSV writer has none
+            from trimerge.cli.tableformats import csv_ready
+
+            table = csv_ready(table)
         df = to_polars(table)  # decimal256 too (polars panics on it)
         if fmt == "csv":
             text = df.write_csv()

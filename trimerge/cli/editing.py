@@ -17,11 +17,15 @@ from trimerge.cli.tables import table
 @click.argument("ref")
 @click.option("--dry-run", is_flag=True, help="Say what would move, move nothing.")
 @click.option("--actor", default=None)
+@click.option("--expect", "expected_tip", default=None, metavar="COMMIT",
+              help="Move only if NAME is at COMMIT now (the tip you saw); else exit 3 and change nothing.")
 @common
-def branch_reset(obj: Context, name: str, ref: str, dry_run: bool, actor: str | None) -> None:
-    """Move branch NAME to REF (git's reset --hard). Undo it with 'trimerge branch reset NAME NAME@{1}'."""
+def branch_reset(obj: Context, name: str, ref: str, dry_run: bool, actor: str | None,
+                 expected_tip: str | None) -> None:
+    """Move branch NAME to REF (git's reset --hard). Undo it with 'trimerge branch reset NAME NAME@{1}'.
+    A branch that moved after REF was resolved is not moved (exit 3: retry)."""
     repo = obj.repo()
-    r = repo.branches.reset(name, ref, actor=actor, dry_run=dry_run)
+    r = repo.branches.reset(name, ref, actor=actor, dry_run=dry_run, expected_tip=expected_tip)
 
     def text() -> None:
         verb = "would move" if dry_run else "moved"
