@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trimerge.lineage.commit import Commit, TableVersion
-from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
+from trimerge.lineage.storage.faults import crashpoint
+from trimerge.lineage.errors import ConcurrentWriteError, InvalidOperationError, TableNotFoundError
 from trimerge.lineage.history.names import validate_table_name
 from trimerge.lineage.history.protection import refuse
 
@@ -76,15 +77,18 @@ def restore(repo: "RestoreHost", table: str, ref: str, *, branch: str | None = N
     result = RestoreResult(table, ref, at, name, action, dry_run=dry_run, keep_gates=keep_gates)
     if dry_run or action == "unchanged":
         return result
+    crashpoint("restore_read")
     meta = {"restore.table": table, "restore.ref": ref, "restore.commit": at.id,
             "restore.gates": "kept" if keep_gates else "from ref"}
     with repo.transaction(name, actor=actor, message=message or f"Restore {table} to {ref} ({at.id[:10]})",
                           metadata=meta) as tx:
         tx.refer(at.id)  # gc keeps its data while this runs; refused if gc condemned it
         current = tx.table_version(table) if table in tx.tables() else None
-        if keep_gates and current != now_:  # changed since it was read: keep the gates it has now
-            then = with_gates(repo, table, ref, at.tables.get(table), current,
-                              around={n: tx.table_version(n) for n in tx.tables()})
+        if current != now_:
+            # Someone changed the table after the restore read it: restoring now would silently
+            # undo a change its caller never saw (a lost update), so the caller retries instead.
+            raise ConcurrentWriteError(f"{table!r} on branch {name!r} changed while it was being restored "
+                                       f"to {ref!r}; retry")
         if then is None:
             tx.drop_table(table)
         elif current is None or not same_state(current, then):

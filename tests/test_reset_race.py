@@ -201,3 +201,24 @@ def test_a_gc_killed_while_trimming_the_reflog_leaves_its_newest_entries(chain, 
         assert newer.old == older.new
     report = chain.gc(retention=timedelta(0))  # a rerun finishes the trim
     assert report.reflog_entries_expired >= 1 and chain.reflog("c") == []
+
+
+def test_restore_refuses_when_the_table_changed_after_it_was_read(chain):
+    """A restore read the table, then another writer changed it: restoring now would undo that
+    change unseen (a lost update), so the restore fails retryably and the change stays."""
+    landed = []
+    with faults.at("restore_read", lambda: landed.append(chain.upsert("t", row("late"), branch="c"))):
+        with pytest.raises(ConcurrentWriteError):
+            chain.restore("t", "c~2", branch="c")
+    assert landed and chain.branches.get("c").commit_id == landed[0].id
+    assert "late" in chain.read("t", ref="c").column("k").to_pylist()
+    chain.restore("t", "c~3", branch="c")  # the retry, from the tip it now sees
+    assert "late" not in chain.read("t", ref="c").column("k").to_pylist()
+
+
+def test_restore_goes_on_when_another_table_changed(chain):
+    chain.create_table("u", row("u0"), primary_key="k", branch="c")
+    with faults.at("restore_read", lambda: chain.upsert("u", row("u1"), branch="c")):
+        result = chain.restore("t", "main", branch="c")
+    assert result.commit is not None
+    assert sorted(chain.read("u", ref="c").column("k").to_pylist()) == ["u0", "u1"]
