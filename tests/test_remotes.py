@@ -150,8 +150,12 @@ def test_clone_target_must_be_absent_or_empty(origin, tmp_path):
     with pytest.raises(RemoteError, match="not empty"):
         trimerge.Repository.clone(origin.uri, full)
     assert os.listdir(full) == ["x.txt"]
+    # A finished clone of the same source, run again, has nothing to do (issue 50: a clone killed
+    # after its last write is no different); of another source, the target is not empty.
+    assert trimerge.Repository.clone(origin.uri, tmp_path / "empty").status == "up-to-date"
+    other = make_origin(tmp_path / "other")
     with pytest.raises(RemoteError, match="not empty"):
-        trimerge.Repository.clone(origin.uri, tmp_path / "empty")
+        trimerge.Repository.clone(other.uri, tmp_path / "empty")
     with pytest.raises(RemoteError, match="not a trimerge repository"):
         trimerge.Repository.clone(tmp_path / "nowhere", tmp_path / "c2")
     assert not (tmp_path / "c2").exists()

@@ -8,10 +8,17 @@ public classes and functions with :func:`guard_class`):
   as ``LanceError(IO): … (os error 28), …/writer.rs:254:9``): :class:`EnvironmentFailureError`, a
   :class:`StorageError` (and still an ``OSError``, with its ``errno``) that says what ran out, in
   words, without Lance's source paths. The write it interrupted published nothing: a commit is
-  only visible once its branch document is swapped, which is the last step.
+  only visible once its branch document is swapped, which is the last step. Lance's own memory
+  pool running out (``Resources exhausted``) is a :class:`ResourceExhaustedError` that names the
+  setting raising it (``LANCE_MEM_POOL_SIZE``), never a problem of the data.
 - **a panic** inside a Rust dependency (``pyo3_runtime.PanicException``, a ``BaseException`` that
   ``except Exception`` does not catch): :class:`InternalError` (exit 4), its cause chained for
   ``TRIMERGE_DEBUG=1``.
+
+A table file Lance cannot find was removed under the read by gc: retryable
+(:class:`ConcurrentWriteError`) — unless its name could never be a file of the repository (a
+``..``, ``/`` or ``\\`` inside a manifest's file name, :func:`not_a_file_name`): then the
+repository is damaged or forged (:class:`CorruptRepositoryError`, exit 2), and a retry cannot help.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ import functools
 import inspect
 import re
 from typing import Any, Callable, TypeVar
+from urllib.parse import unquote
 
-from trimerge.lineage.errors import (ConcurrentWriteError, EnvironmentFailureError, InternalError, TrimergeError,
-                                     lance_message)
+from trimerge.lineage.errors import (ConcurrentWriteError, CorruptRepositoryError, EnvironmentFailureError,
+                                     InternalError, TrimergeError, lance_message, resource_exhausted)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,11 +99,25 @@ def translate(exc: BaseException) -> TrimergeError | None:
         return InternalError(f"internal error: a dependency panicked ({first}); this is a bug in trimerge "
                              "(TRIMERGE_DEBUG=1 shows details)")
     vanished = re.search(r"Not found: (\S*/tables/\S+?)[,\s]", str(exc))
+    if vanished and isinstance(exc, (OSError, ValueError)) and not_a_file_name(vanished.group(1)):
+        return CorruptRepositoryError(f"the repository is damaged: its metadata names the file {vanished.group(1)}, "
+                                      "which is no file of its tables/ (a '..', '/' or '\\' inside a file name); "
+                                      "check it with 'trimerge fsck'")
     if vanished and isinstance(exc, (OSError, ValueError)):  # ArrowInvalid is a ValueError
         # A table file went away under a read: gc reclaimed what a deleted branch left behind.
         return ConcurrentWriteError(f"a file of the repository was removed while it was being read "
                                     f"({vanished.group(1)}): gc ran beside this read; retry")
-    return environment_failure(exc)
+    return resource_exhausted(exc) or environment_failure(exc)
+
+
+def not_a_file_name(path: str) -> bool:
+    """Whether a path Lance reports below ``tables/`` cannot be a file any repository holds: Lance
+    spells a ``/`` inside a manifest's file name as ``%2F``, so a forged name such as
+    ``x/../../PAYLOAD.lance`` arrives as ``x%2F..%2F..%2FPAYLOAD.lance``. Lance and trimerge never
+    write a name with ``%``, ``\\``, or an empty, ``.`` or ``..`` part: such a read is damage, not a race."""
+    tail = path.split("/tables/", 1)[-1]
+    decoded = unquote(tail)
+    return decoded != tail or "\\" in decoded or any(p in ("", ".", "..") for p in decoded.split("/"))
 
 
 def guarded(fn: F) -> F:

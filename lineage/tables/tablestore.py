@@ -183,6 +183,7 @@ class TableStore:
         bases = {k: str(b.path) for k, b in ds.base_paths().items()}
         own = self.branch_folder(tv)
         from trimerge.lineage.tables.importing import foreign_bases
+        from trimerge.lineage.tables.keys import plain_path
 
         imported = foreign_bases(ds, self)  # an import's source: checked by importing.missing_sources
         keys = []
@@ -194,6 +195,9 @@ class TableStore:
                 uri = _as_uri(folder, self.location)
                 if not uri.startswith(root):
                     raise CorruptRepositoryError(f"data file {f.path} lies outside the repository ({folder})")
+                if not plain_path(f.path):  # x/../../PAYLOAD.lance: see trimerge.lineage.tables.keys
+                    raise CorruptRepositoryError(f"{folder}: a manifest names the data file {f.path!r}, which is no "
+                                                 "file name inside the repository's tables/ (damaged or forged)")
                 keys.append(f"{uri[len(root):]}/data/{f.path}")
         return keys
 

@@ -138,8 +138,11 @@ class TrimergeGroup(click.Group):
             click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
             sys.exit(0)
         except click.exceptions.UsageError as exc:
+            from trimerge.cli.habits import usage_hint
+
             path = exc.ctx.command_path if exc.ctx is not None else "trimerge"
-            say_error(f"{exc.format_message()} (see '{path} --help')", "UsageError", EXIT_BAD_INPUT)
+            say_error(usage_hint(exc) or f"{exc.format_message()} (see '{path} --help')", "UsageError",
+                      EXIT_BAD_INPUT)
             sys.exit(EXIT_BAD_INPUT)
         except click.exceptions.ClickException as exc:
             say_error(exc.format_message(), "UsageError", exc.exit_code)
@@ -180,8 +183,10 @@ class TrimergeGroup(click.Group):
                 # A path the checks up front could not judge (/proc, a file removed meanwhile).
                 say_error(f"{exc.strerror or exc}: {exc.filename}", "EnvironmentError", EXIT_BAD_INPUT)
                 ctx.exit(EXIT_BAD_INPUT)
-            if code is None or os.environ.get("TRIMERGE_DEBUG"):
+            if os.environ.get("TRIMERGE_DEBUG"):
                 raise
+            if code is None:  # no input or machine fault explains it: ours to own, never a traceback
+                _internal_error(ctx, exc)
             filename = getattr(exc, "filename", None)
             where = f" ({filename})" if filename else ""
             detail = getattr(exc, "strerror", None) or lance_message(exc)
@@ -204,7 +209,7 @@ def describe_os_error(exc: BaseException) -> str:
     return boundary.describe(exc)
 
 
-def _internal_error(ctx: click.Context, exc: BaseException) -> None:
+def _internal_error(ctx: click.Context, exc: BaseException) -> NoReturn:
     first = str(exc).splitlines()[0] if str(exc) else ""
     say_error(f"{type(exc).__name__}: {first} (TRIMERGE_DEBUG=1 shows details)", "InternalError",
               EXIT_INTERNAL, prefix="internal error")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from trimerge.cli.app import Context, cli, common, echo_lines, emit, say_error
+from trimerge.remotes.config import redact
 
 
 class TransferBar:
@@ -46,7 +47,7 @@ class TransferBar:
 
 def _summary(result: Any) -> list[str]:
     moved = f"{result.commits} commit(s), {result.files} file(s), {result.bytes:,} bytes"
-    lines = [f"{result.operation} {result.remote} ({result.uri}): {result.status}; copied {moved}"]
+    lines = [f"{result.operation} {result.remote} ({redact(result.uri)}): {result.status}; copied {moved}"]
     for r in result.refs:
         old = r.old[:10] if r.old else "(new)"
         new = r.new[:10] if r.new else "(removed)"
@@ -108,7 +109,7 @@ def remote_add(obj: Context, name: str, uri: str) -> None:
 def remote_list(obj: Context) -> None:
     """List the remotes."""
     remotes = obj.open(read_only=True).remotes.list()
-    emit(obj, [r.to_json() for r in remotes], lambda: echo_lines(f"{r.name}\t{r.uri}" for r in remotes))
+    emit(obj, [r.to_json() for r in remotes], lambda: echo_lines(f"{r.name}\t{redact(r.uri)}" for r in remotes))
 
 
 @remote_group.command("remove")
@@ -149,6 +150,8 @@ def pull_cmd(obj: Context, remote: str | None, branch: str | None) -> None:
         result = _run(obj, "pull", lambda bar: repo.pull(remote, branch, storage_options=options, progress=bar))
     except MergeConflictError as exc:
         source = f"{remote or 'origin'}/{repo.default_ref(branch)}"
+        if repo.branches.exists(source):  # a local branch of that name would win: name the fetched ref fully
+            source = f"refs/remotes/{source}"
         say_error(f"{str(exc).split(';')[0]}; {source} was fetched: resolve with 'trimerge merge {source} --conflicts "
                   f"FILE' and '--resolve FILE', or '--strategy source-wins|dest-wins'", type(exc).__name__, exc.exit_code)
         sys.exit(exc.exit_code)

@@ -46,6 +46,37 @@ CONNECTION_OPTIONS = frozenset({
 _STORE_PREFIXES = ("aws_", "azure_", "google_")
 
 
+#: ``scheme://userinfo@``: what a URL may carry before its host. Object stores take no credentials
+#: there (they come from the environment or storage options); only Azure's ``abfs[s]://`` puts a
+#: container before an ``@``, without a ``:``.
+#: (The user information runs to the last ``@`` before the path: a password may hold one.)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s'\"]+)@")
+_CONTAINER_AT = ("abfs://", "abfss://")
+
+
+def _is_credential(scheme: str, userinfo: str) -> bool:
+    return ":" in userinfo or scheme.lower() not in _CONTAINER_AT
+
+
+def has_credentials(uri: object) -> bool:
+    """Whether ``uri`` carries credentials before its host (``s3://KEY:SECRET@bucket/p``)."""
+    return isinstance(uri, str) and any(_is_credential(m["scheme"], m["userinfo"]) for m in _USERINFO.finditer(uri))
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***`` (``s3://***@bucket/p``):
+    never printed, logged or written down."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}***@" if _is_credential(m["scheme"], m["userinfo"]) else m[0], text)
+
+
+def refuse_credentials(uri: object, what: str) -> None:
+    """Refuse (:class:`RemoteError`) a URI that carries credentials, naming it without them."""
+    if has_credentials(uri):
+        raise RemoteError(f"{what} {redact(str(uri))!r}: a URI carries no credentials here (they would be printed "
+                          "and written down): give them through the environment (AWS_ACCESS_KEY_ID...) or "
+                          "--storage-option / storage_options")
+
+
 def is_connection_option(key: str) -> bool:
     """Whether storage option ``key`` says where and how to connect (kept with a remote) rather than
     who connects (a credential, never kept)."""
@@ -78,7 +109,7 @@ class Remote:
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "uri": self.uri}
+        out: dict[str, Any] = {"name": self.name, "uri": redact(self.uri)}  # (a hand-edited document's too)
         if self.storage_options:
             out["storage_options"] = dict(self.storage_options)
         return out
@@ -107,6 +138,7 @@ class Remotes:
         environment or the ``storage_options`` of each call."""
         self.repo.check_writable()
         validate_remote_name(name)
+        refuse_credentials(uri, f"remote {name!r}:")
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise RemoteError(f"remote {name!r}: storage_options must be a mapping of option names to strings")
         kept, withheld = connection_options(storage_options)

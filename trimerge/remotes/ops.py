@@ -19,7 +19,9 @@ remote branch is never pushed to: push another branch and merge it there, where 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ulid import ULID
@@ -27,20 +29,26 @@ from ulid import ULID
 from trimerge.lineage.commit import format_time
 from trimerge.lineage.errors import (
     ConcurrentWriteError,
+    CorruptRepositoryError,
+    InvalidNameError,
     NonFastForwardError,
     ProtectedBranchError,
     RemoteError,
     RepositoryNotFoundError,
+    TrimergeError,
 )
 from trimerge.lineage.history import graph as graphalg
-from trimerge.lineage.history.names import MAIN, SCHEMA_LOCK_BRANCH, validate_branch_name
+from trimerge.lineage.history.names import MAIN, SCHEMA_LOCK_BRANCH, validate_branch_name, validate_tag_name
+from trimerge.lineage.history.refexpr import REMOTES_PREFIX
 from trimerge.lineage.history.refs import Branch, now
 from trimerge.lineage.repository import Repository
 from trimerge.lineage.history.protection import Protection
+from trimerge.lineage.safety import incoming
+from trimerge.lineage.safety.reinstate import reinstate
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.storage.location import META_DIR, TABLES_DIR, Location
 from trimerge.lineage.storage.marker import REPO_DOC, read_marker
-from trimerge.remotes.config import ORIGIN, Remote, Remotes, connection_options
+from trimerge.remotes.config import ORIGIN, Remote, Remotes, connection_options, redact, refuse_credentials
 from trimerge.remotes.transfer import Moved, Progress, Transfer
 
 if TYPE_CHECKING:
@@ -105,8 +113,10 @@ def options_for(uri: str | os.PathLike, options: Mapping[str, str] | None) -> Ma
 
 def open_remote(uri: str, *, read_only: bool, storage_options: Mapping[str, str] | None = None,
                 name: str | None = None) -> Repository:
-    """The repository at ``uri``, or a :class:`RemoteError` saying why it cannot be used."""
-    what = f"remote {name!r} ({uri})" if name else uri
+    """The repository at ``uri``, or a :class:`RemoteError` saying why it cannot be used (a URI
+    with credentials in it is refused, and never printed)."""
+    what = f"remote {name!r} ({redact(uri)})" if name else redact(uri)
+    refuse_credentials(uri, f"remote {name!r}:" if name else "repository")
     try:
         return Repository.open(uri, read_only=read_only, storage_options=options_for(uri, storage_options))
     except RepositoryNotFoundError:
@@ -146,8 +156,14 @@ def _copy_tag(tag: "Tag", dst: Repository) -> bool:
 
 
 def _tags(src: Repository, dst: Repository, result: RemoteResult, prefix: str = "") -> None:
-    """Copy the tags ``dst`` lacks; a tag it has on another commit is never moved (``rejected``)."""
+    """Copy the tags ``dst`` lacks; a tag it has on another commit is never moved (``rejected``).
+    A tag's name comes from the other side's document: one that is no tag name is refused."""
     for tag in src.tags.list():
+        try:
+            validate_tag_name(tag.name)
+        except InvalidNameError:
+            raise CorruptRepositoryError(f"{src.uri}: a tag document names the tag {str(tag.name)[:80]!r}, which is "
+                                         "no tag name: refused (a forged or damaged repository)") from None
         theirs = dst.refs.tag(tag.name)
         if theirs is None and _copy_tag(tag, dst):
             result.refs.append(RefUpdate(f"{prefix}tags/{tag.name}", None, tag.commit_id))
@@ -171,29 +187,109 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
     """Copy repository ``src`` to ``dst`` (absent or empty): every commit reachable from its
     branches and tags and the Lance files they name; ``origin`` names ``src``, ``origin/BRANCH``
     tracks each of its branches and ``main`` starts at ``origin/main`` (as a new branch
-    incarnation: the clone's first write forks, never appending to a Lance branch ``src`` writes)."""
-    source = open_remote(os.fspath(src), read_only=True, storage_options=storage_options)
+    incarnation: the clone's first write forks, never appending to a Lance branch ``src`` writes).
+
+    ``src`` is untrusted (see :mod:`trimerge.remotes.transfer`): a forged or damaged source is
+    refused with one :class:`CorruptRepositoryError` line naming the offending file, and nothing is
+    written outside ``dst``. A refused clone into a new or empty ``dst`` removes what it made (as
+    git does); one killed (or failing with a retryable error) is finished by running it again, and
+    so is a finished one (nothing to do): a clone killed after its last write is no different."""
+    src, dst = _spelled(src, "clone source"), _spelled(dst, "clone target")
+    source = open_remote(src, read_only=True, storage_options=storage_options)
     try:
         target_location = Location.parse(dst, options_for(dst, dst_storage_options))
     except Exception as exc:
-        raise RemoteError(f"clone target {os.fspath(dst)!r}: {exc}") from None
+        raise RemoteError(f"clone target {dst!r}: {exc}") from None
     if target_location.same_place(source.uri):
         raise RemoteError(f"cannot clone {source.uri} onto itself")
     target = Repository(target_location)
     cloning = target.docs.get(CLONING)
-    if not (isinstance(cloning, dict) and cloning.get("source") == source.uri):
+    made: _Made | None = None
+    if not (isinstance(cloning, dict) and cloning.get("source") == source.uri) \
+            and not _finished_clone_of(target, source):
         if not _is_empty(target_location):
             raise RemoteError(f"clone target {target_location.uri} exists and is not empty")
         from trimerge.lineage.storage.marker import refuse_to_init
 
         refuse_to_init(target_location, target.docs)
+        made = _Made(target_location)
         if target_location.is_local:
             target_location.path.mkdir(parents=True, exist_ok=True)
         target.docs.create(CLONING, {"source": source.uri, "started_at": format_time(now())})
+    try:
+        return _clone_into(source, target, target_location, storage_options, progress, actor)
+    except BaseException as exc:
+        if made is not None and not (isinstance(exc, TrimergeError) and exc.retryable):
+            made.remove()
+        raise
+
+
+def _spelled(uri: str | os.PathLike, what: str) -> str:
+    """A clone's side as it will be recorded: never with credentials (refused), and a local path
+    absolute with no ``..`` in it (fork manifests record it, and compare it by prefix)."""
+    text = os.fspath(uri)
+    refuse_credentials(text, what)
+    if "://" in text and not text.startswith("file://"):
+        return text
+    return os.path.abspath(os.path.expanduser(text.removeprefix("file://"))) if text.strip() else text
+
+
+class _Made:
+    """What a fresh clone makes at its target (the first folder that did not exist, or the contents
+    of an empty one), to remove when the clone is refused."""
+
+    def __init__(self, location: Location):
+        self.location = location
+        self.top: Path | None = None
+        if location.is_local:
+            path = location.path
+            while not path.exists() and path.parent != path:
+                self.top, path = path, path.parent
+
+    def remove(self) -> None:
+        try:
+            if not self.location.is_local:
+                backend = self.location.backend("")
+                for folder in (META_DIR, TABLES_DIR):
+                    backend.delete_tree(folder)
+            elif self.top is not None:
+                shutil.rmtree(self.top, ignore_errors=True)
+            else:
+                for child in self.location.path.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+        except (OSError, TrimergeError):
+            pass  # the refusal is what the caller must hear; what stays is an unfinished clone
+
+
+def _finished_clone_of(target: Repository, source: Repository) -> bool:
+    """Whether ``target`` is a finished clone of ``source``: running the clone again finishes it."""
+    try:
+        marker = read_marker(target.docs)
+        origin = Remotes(target).get_or_none(ORIGIN) if marker else None
+    except (TrimergeError, OSError):
+        return False
+    return origin is not None and origin.uri == source.uri and marker is not None \
+        and marker.get("root") == _root(source)
+
+
+def _clone_into(source: Repository, target: Repository, target_location: Location,
+                storage_options: Mapping[str, str] | None, progress: Progress | None,
+                actor: str | None) -> RemoteResult:
     result = RemoteResult("clone", ORIGIN, source.uri)
     branches = source.branches.list()
+    for b in branches:
+        try:
+            if b.name != MAIN:
+                validate_branch_name(b.name, existing=True)
+        except InvalidNameError:
+            raise CorruptRepositoryError(f"{source.uri}: a branch document names the branch {str(b.name)[:80]!r}, "
+                                         "which is no branch name: refused (a forged or damaged repository)") from None
     tags = source.tags.list()
-    tips = [b.commit_id for b in branches] + [t.commit_id for t in tags]
+    root = _root(source) or ""
+    tips = [b.commit_id for b in branches] + [t.commit_id for t in tags] + [root]
     transfer = Transfer(source, target, progress)
     result.counted(transfer.run(tips))
     crashpoint("clone_before_refs")
@@ -207,7 +303,6 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
             target.refs.set_tracking(ORIGIN, b.name, b.commit_id)
             result.refs.append(RefUpdate(f"{ORIGIN}/{b.name}", None, b.commit_id))
     _tags(source, target, result)
-    root = _root(source) or ""
     tip = next((b.commit_id for b in branches if b.name == MAIN), root)
     who = _actor(source, actor)
     for name, at in ((MAIN, tip), (SCHEMA_LOCK_BRANCH, root)):
@@ -217,10 +312,14 @@ def clone(src: str | os.PathLike, dst: str | os.PathLike, *, storage_options: Ma
                                       reason=f"clone: from {source.uri}")
             if name == MAIN:
                 result.refs.append(RefUpdate(MAIN, None, at))
+    copy_requests(source, target, ORIGIN, adopt=True)
     doc = {"format": 1, "created_at": format_time(now()), "root": root, "location": target_location.uri}
     target.docs.create(REPO_DOC, doc, nonce=False)  # last: until then the target is no repository
     transfer.done()
     target.docs.delete(CLONING)
+    crashpoint("clone_done")
+    if not (result.commits or result.files or result.refs):
+        result.status = "up-to-date"  # a finished clone run again (or one killed after its last write)
     result.repository = Repository.open(target_location.uri, storage_options=target_location.storage_options or None)
     return result
 
@@ -239,13 +338,23 @@ def fetch(repo: Repository, remote: str | None = ORIGIN, *, tags: bool = False,
     branches = {b.name: b.commit_id for b in source.branches.list()}
     remote_tags = source.tags.list() if tags else []
     with Transfer(source, repo, progress) as transfer:
-        result.counted(transfer.run([*branches.values(), *(t.commit_id for t in remote_tags)]))
+        tips = [*branches.values(), *(t.commit_id for t in remote_tags)]
+        result.counted(transfer.run(tips))
+        _reinstate(repo, transfer)
         crashpoint("fetch_before_refs")
         _track(repo, name, branches, result)
+        copy_requests(source, repo, name)
         if tags:
             _tags(source, repo, result)
     result.status = "done" if result.refs else "up-to-date"
     return result
+
+
+def _reinstate(dst: Repository, transfer: Transfer) -> None:
+    """Commits ``dst``'s gc reclaimed that the transfer brought back are usable again (see
+    :mod:`trimerge.lineage.safety.reinstate`): before any ref moves, while its record keeps them."""
+    if transfer.record is not None and dst.reclaimed.read()[0]:
+        reinstate(dst, incoming.commits(dst.docs, transfer.record))
 
 
 def _track(repo: Repository, name: str, branches: dict[str, str], result: RemoteResult) -> None:
@@ -308,7 +417,8 @@ def pull(repo: Repository, remote: str | None = None, branch: str | None = None,
         raise RemoteError(f"{branch!r} and {name}/{branch} have no commit in common")
     from trimerge.merge import merge
 
-    merged = merge(f"{name}/{branch}", branch, repo=repo, actor=actor,
+    # Spelled fully: a local branch may be called "origin/main" too, and the fetched ref is meant.
+    merged = merge(f"{REMOTES_PREFIX}{name}/{branch}", branch, repo=repo, actor=actor,
                    message=merge_options.pop("message", None) or f"Merge {name}/{branch} into {branch}", **merge_options)
     result.merge = merged
     after = repo.refs.branch(branch)
@@ -343,7 +453,9 @@ def push(repo: Repository, remote: str | None = None, branch: str | None = None,
                                   f"does not (not a fast-forward); fetch and merge first")
     tag_list = repo.tags.list() if tags else []
     with Transfer(repo, target, progress) as transfer:
-        result.counted(transfer.run([local.commit_id, *(t.commit_id for t in tag_list)]))
+        tips = [local.commit_id, *(t.commit_id for t in tag_list)]
+        result.counted(transfer.run(tips))
+        _reinstate(target, transfer)
         crashpoint("push_before_ref")
         _move_remote(repo, target, name, branch, local, theirs, _actor(repo, actor), result)
         if tags:
@@ -378,3 +490,15 @@ def _move_remote(repo: Repository, target: Repository, name: str, branch: str, l
         result.status = "created" if theirs is None else "fast-forward"
     else:
         result.status = "up-to-date"
+
+
+def copy_requests(source: Repository, dst: Repository, remote: str, *, adopt: bool = False) -> int:
+    """The merge requests of ``source`` as ``dst`` sees them: a copy under ``remote``'s name
+    (``dst.requests.list(remote=...)``), refreshed by every fetch; ``adopt`` (a clone): also as
+    ``dst``'s own, under their numbers. How many ``source`` has."""
+    from trimerge.lineage.history.requests import RequestRecords
+
+    theirs, mine = RequestRecords(source.docs), RequestRecords(dst.docs)
+    if adopt:
+        mine.adopt(theirs)
+    return mine.copy_from(theirs, remote)

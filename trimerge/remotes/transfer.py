@@ -19,6 +19,14 @@ Before the first copy, the destination gets an ``incoming/`` record naming the L
 commits on their way (:mod:`trimerge.lineage.safety.incoming`): its gc keeps them until the caller,
 having moved its refs, drops the record (:meth:`Transfer.done`; used as a context manager).
 
+The source is untrusted (as git treats a clone's source): every name it gives — a commit id,
+a dataset, a Lance branch, a file a manifest names, an index folder — is checked before it becomes
+a key (:func:`~trimerge.lineage.tables.keys.inside_table`: a key is used only as it is spelled,
+in normal form, below its table's folder), every local file is opened without following a link out of the source
+(:mod:`trimerge.remotes.copying`), and every commit is written as the content its id was checked
+against. Before the first write, every local file is opened once that way, so a refused transfer
+(:class:`CorruptRepositoryError`, one line naming the offending file) has written nothing.
+
 Order, for crash safety: data files first, then manifests (parents first), then fork documents,
 then commits (oldest first); the caller moves refs last. A version counts as present only once its
 manifest (and a fork's document) is there, and a commit only once its versions are, so rerunning an
@@ -28,17 +36,23 @@ interrupted transfer finishes it.
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from trimerge.lineage.commit import Commit, TableVersion
+from trimerge.lineage.errors import CorruptRepositoryError, DataReclaimedError, TrimergeError, lance_message
 from trimerge.lineage.history.commits import commit_key
 from trimerge.lineage.safety import incoming
+from trimerge.lineage.safety.boundary import is_panic, translate
+from trimerge.lineage.storage.documents import dumps
 from trimerge.lineage.storage.faults import crashpoint
 from trimerge.lineage.storage.location import TABLES_DIR
+from trimerge.lineage.tables.keys import inside_table, plain_name
 from trimerge.lineage.tables.relocation import rebase_manifest, rebase_transaction
-from trimerge.remotes.copying import STREAM_BYTES, copy_streaming, link_copy, size_of
+from trimerge.remotes.copying import STREAM_BYTES, SourceFile, open_source, read_source
 
 if TYPE_CHECKING:
     from trimerge.lineage.repository import Repository
@@ -76,6 +90,9 @@ def manifest_version(name: str) -> int | None:
 
 def branch_dir(dataset: str, lance_branch: str) -> str:
     return dataset if lance_branch == "main" else f"{dataset}/tree/{lance_branch}"
+
+
+_COMMIT_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _as_uri(folder: str, scheme_of: str) -> str:
@@ -145,10 +162,49 @@ class Transfer:
     def __exit__(self, *exc: Any) -> None:
         self.done()
 
+    # ------------------------------------------------------------------ an untrusted source
+    def _refused(self, what: str) -> CorruptRepositoryError:
+        return CorruptRepositoryError(f"{self.src.uri}: {what}: refused (a forged or damaged repository)")
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Whatever reading the source's metadata raises is a :class:`TrimergeError`: a file that
+        vanished meanwhile or a full disk as the API's edge says it, anything else — a document or
+        manifest that does not parse, a panic of Lance's reader on forged bytes — a damaged source."""
+        try:
+            yield
+        except TrimergeError:
+            raise
+        except BaseException as exc:
+            if not is_panic(exc) and not isinstance(exc, (OSError, ValueError, RuntimeError, KeyError, TypeError)):
+                raise  # KeyboardInterrupt, SystemExit, and bugs of ours
+            better = None if is_panic(exc) else translate(exc)
+            if better is not None:
+                raise better from exc
+            detail = " ".join(lance_message(exc).split())[:200] or type(exc).__name__
+            raise CorruptRepositoryError(f"{self.src.uri}: {what} cannot be read ({detail}): a damaged or forged "
+                                         "repository") from None
+
+    def _check_location(self, loc: Location) -> None:
+        dataset, lance_branch, version = loc
+        if not plain_name(dataset) or not (lance_branch == "main" or plain_name(lance_branch)) \
+                or type(version) is not int or not 0 <= version < 2**63:
+            raise self._refused(f"a commit names table data {loc!r}, which is no table version inside tables/")
+
+    def _check_key(self, key: str, loc: Location, what: str) -> str:
+        if not inside_table(key, loc[0]):
+            raise self._refused(f"version {loc[2]} of {loc[0]} ({loc[1]}) names the {what} {key!r}, which is not "
+                                f"inside its table's folder ({TABLES_DIR}/{loc[0]}/)")
+        return key
+
     # ------------------------------------------------------------------ what is missing
     def missing_commits(self, tips: Iterable[str]) -> list[Commit]:
         """Commits reachable from ``tips`` that ``dst`` lacks, oldest first. A commit ``dst``'s gc
         condemned (the leftover of an interrupted transfer) counts as missing: its data comes again."""
+        with self._reading("its commits"):
+            return self._missing_commits(tips)
+
+    def _missing_commits(self, tips: Iterable[str]) -> list[Commit]:
         condemned = set(self.dst.reclaimed.read()[0])
         seen: set[str] = set()
         stack = [t for t in tips if t]
@@ -159,6 +215,8 @@ class Transfer:
             if cid in seen:
                 continue
             seen.add(cid)
+            if not isinstance(cid, str) or not _COMMIT_ID.match(cid):
+                raise self._refused(f"a ref or commit names the commit {str(cid)[:80]!r}, which is no commit id")
             if known is None and len(seen) > LIST_AFTER and getattr(self.dst.docs.backend, "remote", False):
                 known = set(self.dst.commits.all_ids())
             there = cid in known if known is not None else self.dst.commits.exists(cid)
@@ -192,13 +250,15 @@ class Transfer:
         return self._fork_points[key]
 
     def _read_fork_point(self, dataset: str, lance_branch: str) -> tuple[str, int]:
-        stored = self.src_files.get(self._fork_doc_key(dataset, lance_branch))
-        if stored is None:
-            from trimerge.lineage.errors import CorruptRepositoryError
-
-            raise CorruptRepositoryError(f"{self.src.uri}: Lance branch {lance_branch} of {dataset} has no branch document")
-        doc = json.loads(stored.data)
-        return (doc.get("parentBranch") or "main"), int(doc["parentVersion"])
+        key = self._fork_doc_key(dataset, lance_branch)
+        where = self.src.location.join(TABLES_DIR, key)
+        with self._reading(where):
+            data = read_source(self.src_files, key, where)
+            if data is None:
+                raise CorruptRepositoryError(f"{self.src.uri}: Lance branch {lance_branch} of {dataset} has no branch "
+                                             "document")
+            doc = json.loads(data)
+            return (doc.get("parentBranch") or "main"), int(doc["parentVersion"])
 
     def locations(self, commits: Iterable[Commit]) -> list[Location]:
         """Every Lance version the commits name and ``dst`` lacks, with their fork ancestry, parents first."""
@@ -208,6 +268,7 @@ class Transfer:
         def visit(loc: Location) -> None:
             if loc in seen:
                 return
+            self._check_location(loc)
             seen.add(loc)
             if self.present(loc):
                 return
@@ -218,13 +279,19 @@ class Transfer:
                     visit((loc[0], loc[1], at))  # the fork's first version (its Clone)
             order.append(loc)
 
-        for c in commits:
-            for tv in c.tables.values():
-                visit(tv.location)
+        with self._reading("a fork's ancestry"):  # (a forged chain of forks deeper than Python's stack)
+            for c in commits:
+                for tv in c.tables.values():
+                    visit(tv.location)
         return order
 
     def files_of(self, loc: Location) -> list[str]:
-        """Keys below ``tables/`` of the data, deletion, index and transaction files of one version."""
+        """Keys below ``tables/`` of the data, deletion, index and transaction files of one version,
+        each checked to lie inside its table's folder."""
+        with self._reading(f"version {loc[2]} of {loc[0]} ({loc[1]})"):
+            return self._files_of(loc)
+
+    def _files_of(self, loc: Location) -> list[str]:
         dataset, lance_branch, version = loc
         store = self.src.table_store
         tv = TableVersion(dataset, lance_branch, version, "", ())
@@ -232,23 +299,29 @@ class Transfer:
         root = self.src.location.join(TABLES_DIR).rstrip("/") + "/"
         own = store.branch_folder(tv)
         bases = {k: str(b.path) for k, b in ds.base_paths().items()}
-        keys = list(store.data_files(tv))
+        try:
+            named = store.data_files(tv)
+        except CorruptRepositoryError as exc:
+            raise CorruptRepositoryError(f"{exc}: refused") from None
+        keys = [self._check_key(k, loc, "data file") for k in named]
         for fragment in ds.get_fragments():
             deletion = fragment.metadata.deletion_file
             if deletion is None:
                 continue
             folder = _as_uri(own if deletion.base_id is None else bases.get(deletion.base_id, "?"), self.src.uri)
             if folder.startswith(root):
-                keys.append(f"{folder[len(root):]}/{deletion.path(fragment.fragment_id)}")
+                keys.append(self._check_key(f"{folder[len(root):]}/{deletion.path(fragment.fragment_id)}", loc,
+                                            "deletion file"))
         for _name, folder in store.index_folders(tv):
-            keys.extend(self.src_files.keys_below(folder))
+            keys.extend(self._check_key(k, loc, "index file")
+                        for k in self.src_files.keys_below(self._check_key(folder, loc, "index folder")))
         try:
             txn = ds.read_transaction(version)
         except (OSError, ValueError, RuntimeError):
             txn = None
         if txn is not None:
             key = f"{branch_dir(dataset, lance_branch)}/_transactions/{txn.read_version}-{txn.uuid}.txn"
-            if self.src_list.has(key):
+            if inside_table(key, dataset) and self.src_list.has(key):
                 keys.append(key)
         return keys
 
@@ -264,25 +337,37 @@ class Transfer:
                 data = rebase(data, old, new)
         return data
 
-    def _copy(self, key: str) -> int:
-        """Copy one file below ``tables/`` unless ``dst`` has it; the bytes written."""
-        rewritten = "/tree/" in key and key.endswith((".manifest", ".txn"))
-        linked = None if rewritten else link_copy(self.src_files, self.dst_files, key)
-        if linked is not None:
-            return linked
-        size = size_of(self.src_files, key)
-        if not rewritten and (size is None or size >= STREAM_BYTES):  # None: in a bucket, its size known once read
-            streamed = copy_streaming(self.src_files, self.dst_files, key, self.src.location.join(TABLES_DIR, key))
-            if streamed is not None:
-                return streamed
-        stored = self.src_files.get(key)
-        if stored is None:
-            from trimerge.lineage.errors import CorruptRepositoryError
+    def _open(self, key: str) -> SourceFile:
+        where = self.src.location.join(TABLES_DIR, key)
+        source = open_source(self.src_files, key, where)
+        if source is None:
+            raise CorruptRepositoryError(f"{where} is missing")
+        return source
 
-            raise CorruptRepositoryError(f"{self.src.location.join(TABLES_DIR, key)} is missing")
-        data = self._rebased(key, stored.data)
+    def _copy(self, key: str) -> int:
+        """Copy one file below ``tables/`` unless ``dst`` has it; the bytes written. The source file is
+        opened once (never through a link out of the source) and every way of copying reads that."""
+        rewritten = "/tree/" in key and key.endswith((".manifest", ".txn"))
+        with self._open(key) as source:
+            if not rewritten:
+                linked = source.link_to(self.dst_files, key)
+                if linked is not None:
+                    return linked
+                if source.size is None or source.size >= STREAM_BYTES:  # None: in a bucket, its size known once read
+                    streamed = source.stream_to(self.dst_files, key)
+                    if streamed is not None:
+                        return streamed
+            data = self._rebased(key, source.read())
         written = self.dst_files.create(key, data)
         return len(data) if written is not None else 0
+
+    def _check_sources(self, keys: Iterable[str]) -> None:
+        """Open every local source file once (refusing links out of the source and what is not a
+        file) before the first write, so that a refused transfer has changed nothing."""
+        if getattr(self.src_files, "remote", False):
+            return  # a bucket has no links; a missing object is found when it is copied
+        for key in keys:
+            self._open(key).close()
 
     def _copy_all(self, keys: list[str], total: int) -> None:
         def one(key: str) -> int:
@@ -311,9 +396,13 @@ class Transfer:
     def _fork_doc(self, dataset: str, lance_branch: str) -> bytes:
         """The fork's Lance branch document, with the manifest size of its parent version as ``dst`` has it."""
         key = self._fork_doc_key(dataset, lance_branch)
-        stored = self.src_files.get(key)
-        doc = json.loads(stored.data) if stored is not None else {}
-        parent, at = (doc.get("parentBranch") or "main"), int(doc.get("parentVersion", 0))
+        where = self.src.location.join(TABLES_DIR, key)
+        with self._reading(where):
+            data = read_source(self.src_files, key, where)
+            doc = json.loads(data) if data is not None else {}
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            parent, at = (doc.get("parentBranch") or "main"), int(doc.get("parentVersion", 0))
         if "manifestSize" in doc:
             mkey = self._manifest_key(self.dst_list, (dataset, parent, at))
             found = self.dst_files.get(mkey) if mkey else None
@@ -336,14 +425,13 @@ class Transfer:
         for loc in locations:
             found = self._manifest_key(self.src_list, loc)
             if found is None:
-                from trimerge.lineage.errors import DataReclaimedError
-
                 raise DataReclaimedError(f"{self.src.uri}: version {loc[2]} of {loc[0]} ({loc[1]}) is gone")
             if not self.dst_list.has(found):
                 manifests.append(found)
         forks = sorted({(d, b) for d, b, _v in locations if b != "main"
                         and not self.dst_list.has(self._fork_doc_key(d, b))})
         total = len(plain) + len(manifests) + len(forks) + len(commits)
+        self._check_sources([*plain, *manifests, *(self._fork_doc_key(d, b) for d, b in forks)])
         if commits or locations:  # the destination's gc keeps all this until the caller's refs moved
             self.record = incoming.record(self.dst.docs, [c.id for c in commits], [(d, b) for d, b, _v in locations])
         self._done = 0
@@ -377,9 +465,9 @@ class Transfer:
         return self.moved
 
     def _copy_commit(self, c: Commit) -> int:
-        """Copy one commit document as stored (its id is its content's digest); the bytes written."""
-        stored = self.src.docs.backend.get(commit_key(c.id))
-        data = stored.data if stored is not None else json.dumps(c.to_json()).encode()
+        """Write one commit as the commit store does, from the content its id was checked against
+        when the source's copy was read (nothing else of the source's file travels); the bytes written."""
+        data = dumps(c.to_json())
         written = self.dst.docs.backend.create(commit_key(c.id), data)
         crashpoint("transfer_commit_copied")
         return len(data) if written is not None else 0
