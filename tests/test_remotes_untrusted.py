@@ -599,3 +599,24 @@ def test_a_forged_bucket_source_is_refused_and_writes_nothing(origin, tmp_path, 
     assert not list(Location.parse(target, options).backend("").keys_below("_trimerge"))
     assert not list(Location.parse(target, options).backend("").keys_below("tables"))
     trimerge.Repository.clone(make_origin(tmp_path / "good").uri, target, dst_storage_options=options)
+
+
+def test_a_repository_named_through_dotdot_is_the_same_repository(tmp_path, monkeypatch):
+    """`-C ../repo` names the same folder as its absolute path: a fork made through one spelling
+    reads and passes fsck through the other (fork manifests record the path)."""
+    import pyarrow as pa
+
+    import trimerge
+    from trimerge.cli import main
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    repo = trimerge.Repository.init("../repo")
+    repo.create_table("t", pa.table({"k": [1, 2]}), primary_key="k")
+    repo.branches.create("b")
+    repo.upsert("t", pa.table({"k": [3]}), branch="b")  # forks t on b
+    assert str(repo.path) == str(tmp_path / "repo")
+    with pytest.raises(SystemExit) as done:
+        main(["-C", "../work/../repo", "fsck"])
+    assert done.value.code == 0
+    assert trimerge.Repository.open(str(tmp_path / "repo")).read("t", ref="b").num_rows == 3

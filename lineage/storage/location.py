@@ -84,7 +84,9 @@ class Location:
             return cls(f"{scheme}://{rest.strip('/')}", scheme, options)
         if options:
             raise InvalidOperationError("storage options apply to object-store URIs (s3://, gs://, az://) only")
-        return cls(str(Path(text).expanduser().absolute()), "file", {})
+        # Normalised (no `..`): Lance records this path in fork manifests, and fsck and clone compare
+        # the paths they find there with it as strings.
+        return cls(os.path.abspath(os.path.expanduser(text)), "file", {})
 
     @property
     def is_local(self) -> bool:
