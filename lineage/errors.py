@@ -103,6 +103,18 @@ class ProtectedBranchError(ReadOnlyRefError):
     :mod:`trimerge.lineage.history.protection`)."""
 
 
+class ApprovalRequiredError(ProtectedBranchError):
+    """A merge into a branch whose protection requires approvals is not the merge of a request that
+    has them (approvals of its current source tip by people other than its author, no changes
+    requested, checks run): refused, exit 1 (see :mod:`trimerge.lineage.history.protection`)."""
+
+    exit_code = 1
+
+
+class RequestNotFoundError(NotFoundError):
+    """No merge request with that id (see :mod:`trimerge.lineage.history.requests`)."""
+
+
 class RepositoryNotFoundError(NotFoundError):
     """No trimerge repository at that location."""
 
@@ -145,6 +157,35 @@ class EnvironmentFailureError(StorageError, OSError):
         self.errno, self.filename, self.strerror = code, filename, strerror
 
     __str__ = TrimergeError.__str__
+
+
+class ResourceExhaustedError(EnvironmentFailureError):
+    """Lance ran out of a budget it sizes itself — the memory pool its joins and sorts draw from
+    (``LANCE_MEM_POOL_SIZE``, bytes; by default 150 MiB per partition) — not of anything in the
+    data: the message names the setting to raise (see :func:`resource_exhausted`)."""
+
+
+def resource_exhausted(exc: BaseException) -> "ResourceExhaustedError | None":
+    """``exc`` (Lance's "Resources exhausted" from its memory pool) as a
+    :class:`ResourceExhaustedError` that says so, or None when it is something else."""
+    import errno
+    import os
+    import re
+
+    if isinstance(exc, TrimergeError):
+        return None
+    text = str(exc)
+    if "Resources exhausted" not in text:
+        return None
+    consumer = re.search(r"allocation failed for (\w+)", text)
+    amount = re.search(r"allocate additional ([\d.]+ ?\w?B)", text)
+    pool = re.search(r"pool_size: ([\d.]+ ?\w?B)", text)
+    what = f"{consumer.group(1) if consumer else 'an operation'} needed {amount.group(1) + ' ' if amount else ''}more"
+    size = f" of {pool.group(1)}" if pool else ""
+    current = os.environ.get("LANCE_MEM_POOL_SIZE")
+    setting = f"LANCE_MEM_POOL_SIZE (now {current})" if current else "LANCE_MEM_POOL_SIZE (bytes)"
+    return ResourceExhaustedError(f"Lance's memory pool{size} ran out ({what}): raise {setting} and retry; "
+                                  "nothing was published", errno.ENOMEM, None, "memory pool exhausted")
 
 
 class InternalError(TrimergeError):

@@ -39,7 +39,7 @@ from trimerge.lineage.storage.lease import Lease
 from trimerge.lineage.history.names import SCHEMA_LOCK_BRANCH, is_branch_name, validate_table_name
 from trimerge.lineage.history.refs import Branch, now, publish
 from trimerge.lineage.safety.recovery import intent_key
-from trimerge.lineage.history.protection import refuse_direct_write
+from trimerge.lineage.history.protection import check_request_merge, refuse_direct_write
 
 if TYPE_CHECKING:
     import lance
@@ -273,7 +273,8 @@ class Transaction(FragmentWrites, UpkeepWrites):
         if progress is not None:
             progress(name, "done")
 
-    def _incoming(self, name: str, data: Any, what: str) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
+    def _incoming(self, name: str, data: Any, what: str, *,
+                  fill_nullable: bool = False) -> tuple[lance.LanceDataset, pa.Table, tuple[str, ...]]:
         tv = self._table(name)
         table = tbl.to_arrow(data)
         tbl.check_primary_key(table, tv.primary_key, f"{what} {name}")
@@ -283,7 +284,7 @@ class Transaction(FragmentWrites, UpkeepWrites):
         store = self.repo.table_store
         head = store.clean_head(tv) if tv.owner == self._branch.id else None
         schema = head.schema if head is not None else store.open_version(tv).schema
-        table = tbl.conform(table, schema, f"{what} {name}")
+        table = tbl.conform(table, schema, f"{what} {name}", fill_nullable=fill_nullable)
         if head is not None:
             self._touch((tv.dataset, tv.lance_branch), expected_version=tv.version)
             self._built_on[name] = head.version
@@ -291,16 +292,18 @@ class Transaction(FragmentWrites, UpkeepWrites):
         return self._writable(name), table, tv.primary_key
 
     def append(self, name: str, data: Any) -> None:
-        """Insert rows; keys that exist already are an error."""
+        """Insert rows; keys that exist already are an error. Columns ``data`` lacks that the
+        table lets be null are filled with nulls (as SQL's ``INSERT`` of some columns)."""
         self._require_open()
-        ds, table, pk = self._incoming(name, data, "append to")
+        ds, table, pk = self._incoming(name, data, "append to", fill_nullable=True)
         if table.num_rows:
-            try:
-                ds.merge_insert(list(pk)).when_matched_fail().when_not_matched_insert_all().execute(table)
-            except (OSError, ValueError, RuntimeError) as exc:
-                if "match" in str(exc).lower() or "fail" in str(exc).lower():
-                    raise PrimaryKeyError(f"append to {name}: some primary keys exist already; use upsert") from None
-                raise
+            # Keys checked first, rows then written as new fragments: no join of the input in
+            # Lance's fixed memory pool, whose exhaustion would read as "keys exist" (issue 55).
+            found = keyed.existing_keys(ds, table, pk)
+            if found.num_rows:
+                shown = ", ".join(str(tuple(r.values()) if len(pk) > 1 else r[pk[0]]) for r in found.to_pylist())
+                raise PrimaryKeyError(f"append to {name}: key(s) exist already (e.g. {shown}); use upsert")
+            return self._apply_keyed(name, ds, keyed.KeyedEdit(rows=table), f"append {name}")
         self._ops.append(f"append {name}")
         self._written(name, ds.version, ds)  # Lance writes move the dataset object to the new version
 
@@ -531,6 +534,7 @@ class Transaction(FragmentWrites, UpkeepWrites):
             repo.docs.together(lambda: self._save_intent(commit), lambda: repo.commits.put(commit))
             crashpoint("intent_planned")
             repo.reclaimed.check(self._refers)  # after the intent names them: see trimerge.lineage.safety.gc
+            check_request_merge(self)  # a merge of a request, into a branch requiring reviews (protection.py)
             crashpoint("before_publish")
             publish(repo.commits, repo.refs, self._branch, commit, stored=True)
             crashpoint("after_publish")

@@ -43,6 +43,10 @@ plus rules for the verbs added since, interleaved with those at random:
   ``checks=False`` skips them; ``repo.checks.run`` fails exactly where the model does.
 * **blame** (``repo.blame``, rows and cells): git's rule — the blame passes to the first parent with
   the same value — walked on the model's DAG and states.
+* **merge requests** (``repo.requests``, issue 51): create, review (a self-review refused), close,
+  reopen (refused beside an open twin) and merge — the request's merge is the model's three-way
+  merge of its source into its target (conflicts and failing checks refused, nothing moves), one
+  merge commit naming the request; after every step the requests are the model's.
 
 After every step every branch and table is checked against the model as in test_model.py, plus
 each tip's checks and derived declarations, the protected set, and the reflog.
@@ -51,7 +55,7 @@ Deterministic by default: 40 histories of up to 20 steps, about 30 s (``TRIMERGE
 ``TRIMERGE_MODEL_VERBS_STEPS`` set them); ``TRIMERGE_LONG_TESTS=N``: 40*N random histories of up
 to 60 steps (``=100`` runs for hours). ``TRIMERGE_MODEL_EXCLUDE`` tokens of test_model.py apply, and
 these: ``restore``, ``reset``, ``rebase``, ``squash``, ``tables`` (per-table merges), ``reflog``,
-``backfill``, ``derived``, ``upkeep``, ``protect``, ``checks``, ``blame``, and ``noop_restore`` (a
+``backfill``, ``derived``, ``upkeep``, ``protect``, ``checks``, ``blame``, ``requests``, and ``noop_restore`` (a
 restore that changes nothing on a protected branch may answer ``unchanged``).
 ``TRIMERGE_MODEL_NO_SHRINK=1`` reports a failing history as found (shrinking can take many minutes).
 """
@@ -72,7 +76,7 @@ import test_model as M
 from test_model import (EXCLUDE, SPECS, STATS, Decider, Ref, RepositoryModel, engine_conflicts,
                         model_conflicts, model_merge, row_change, states_equal, table_src, teq, to_arrow)
 from trimerge.lineage import errors as E
-from trimerge.merge import RebaseCheckError, RebaseConflictError, merge, rebase
+from trimerge.merge import MergeCheckError, MergeConflictError, RebaseCheckError, RebaseConflictError, merge, rebase
 
 LONG = M.LONG
 EXAMPLES = int(os.environ.get("TRIMERGE_MODEL_VERBS_EXAMPLES", "0") or 0) or (40 * LONG if LONG else 40)
@@ -134,6 +138,7 @@ class VerbsModel(RepositoryModel):
     def __init__(self):
         super().__init__()
         self.protected: set[str] = set()
+        self.requests: dict[int, dict] = {}  # merge requests: number -> source, into, state, reviews
         self.skip_checks = False  # a merge with checks=False runs
         root = self.branches["main"]
         self.reflog: dict[str, list] = {"main": [(None, root)]}
@@ -823,6 +828,101 @@ class VerbsModel(RepositoryModel):
             return
         self.count("per-table merge")
         self._merge_variant(data, "per-table merge")
+
+    # -- merge requests (issue 51): create, review, close, reopen and merge, against the model's merge
+    @rule(data=st.data())
+    def merge_request(self, data):
+        if "requests" in EXCLUDE:
+            return
+        self.count("merge request")
+        dest = data.draw(st.sampled_from(sorted(self.branches)), label="into")
+        others = sorted(b for b in self.branches if b != dest)
+        if not others:
+            return
+        source = data.draw(st.sampled_from(others), label="request source")
+        found = [n for n, r in sorted(self.requests.items()) if (r["source"], r["into"], r["state"]) ==
+                 (source, dest, "open")]
+        if found:
+            number = found[0]
+        else:
+            self.say(f"repo.requests.create({source!r}, into={dest!r}, title='model', actor='ann')")
+            number = self.repo.requests.create(source, into=dest, title="model", actor="ann").id
+            assert number == len(self.requests) + 1, f"request numbered {number}, model {len(self.requests) + 1}"
+            self.requests[number] = {"source": source, "into": dest, "state": "open", "reviews": 0}
+        if data.draw(st.booleans(), label="pick an earlier request"):
+            number = data.draw(st.sampled_from(sorted(self.requests)), label="request")
+        want = self.requests[number]
+        action = data.draw(st.sampled_from(["review", "close", "reopen", "merge", "merge"]), label="action")
+        self.say(f"# request #{number} {want}: {action}")
+        if action == "review":
+            who = data.draw(st.sampled_from(["ann", "bob"]), label="reviewer")
+            call = lambda: self.repo.requests.review(number, "approve", actor=who)  # noqa: E731
+            if want["state"] != "open" or who == "ann" or want["source"] not in self.branches:
+                return self.refused("request review", E.InvalidOperationError, call)
+            call()
+            want["reviews"] += 1
+        elif action == "close":
+            call = lambda: self.repo.requests.close(number, actor="bob")  # noqa: E731
+            if want["state"] != "open":
+                return self.refused("request close", E.InvalidOperationError, call)
+            call()
+            want["state"] = "closed"
+        elif action == "reopen":
+            call = lambda: self.repo.requests.reopen(number, actor="ann")  # noqa: E731
+            twin = any(r["state"] == "open" and (r["source"], r["into"]) == (want["source"], want["into"])
+                       for r in self.requests.values())
+            if want["state"] != "closed" or want["source"] not in self.branches:
+                return self.refused("request reopen", E.InvalidOperationError, call)
+            if want["into"] not in self.branches:
+                return self.refused("request reopen", E.BranchNotFoundError, call)
+            if twin:
+                return self.refused("request reopen", E.AlreadyExistsError, call)
+            call()
+            want["state"] = "open"
+        else:
+            self._merge_request(number, want)
+
+    def _merge_request(self, number: int, want: dict) -> None:
+        call = lambda: self.repo.requests.merge(number, actor="carl")  # noqa: E731
+        if want["state"] != "open" or want["source"] not in self.branches:
+            return self.refused("request merge", E.InvalidOperationError, call)
+        dest, name = want["into"], want["source"]
+        if dest not in self.branches:
+            return self.refused("request merge", E.BranchNotFoundError, call)
+        source, dest_tip = self.branches[name], self.branches[dest]
+        if source in self.ancestors(dest_tip):
+            done = call()
+            assert done.state == "merged" and done.merge_commit is None and self.repo.resolve(dest).id == dest_tip
+            want["state"] = "merged"
+            STATS["request merge: up to date"] += 1
+            return
+        virtual: dict = {}
+        B, O, T = self.base_state(self.merge_bases(source, dest_tip), virtual), self.state(dest_tip), self.state(source)
+        state, unresolved = model_merge(B, O, T, "cell", Decider())
+        error = MergeConflictError if unresolved else MergeCheckError if self.failing_gates(dest, state) else None
+        try:
+            if error is not None:
+                with pytest.raises(error):
+                    call()
+                assert self.repo.resolve(dest).id == dest_tip and self.repo.requests.get(number).state == "open"
+                STATS[f"request merge: {error.__name__}"] += 1
+                return
+            done = call()
+        except E.DataReclaimedError:
+            assert self.reclaimable(source, dest_tip, *virtual)
+            return
+        assert done.state == "merged" and done.merged_by == "carl" and done.merged_source == source
+        commit = self.repo.commit(done.merge_commit)
+        assert commit.metadata["request.id"] == str(number)
+        self.record(dest, commit, (dest_tip, source), state)
+        want["state"] = "merged"
+        STATS["request merge: published"] += 1
+
+    @invariant()
+    def requests_as_modelled(self):
+        got = {r.id: (r.source, r.into, r.state, len(r.reviews)) for r in self.repo.requests.list()}
+        want = {n: (r["source"], r["into"], r["state"], r["reviews"]) for n, r in self.requests.items()}
+        assert got == want, f"requests {got}, model {want}"
 
     # -- blame
     def model_blame(self, cid: str, table: str, key: tuple, columns: tuple) -> str:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         RepositoryMovedError as RepositoryMovedError,
         DiffVerificationError as DiffVerificationError,
         ProtectedBranchError as ProtectedBranchError,
+        ApprovalRequiredError as ApprovalRequiredError,
+        RequestNotFoundError as RequestNotFoundError,
         CheckNotFoundError as CheckNotFoundError,
         RemoteError as RemoteError,
         NonFastForwardError as NonFastForwardError,
@@ -48,6 +50,8 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
     from trimerge.merge.result import MergeCheckError as MergeCheckError
     from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
     from trimerge.merge.rebase import RebaseCheckError as RebaseCheckError
+    from trimerge.hooks.model import HookNotFoundError as HookNotFoundError
+    from trimerge.hooks.feed import ConsumerExpiredError as ConsumerExpiredError
 
 # Every error class of the API is importable from here: those of lineage/errors.py (whatever it
 # defines), and, loaded on first use (they import pyarrow or Spark helpers), the ones of other modules.
@@ -69,6 +73,8 @@ _LAZY = {
     "RebaseConflictError": "trimerge.merge.rebase",
     "RebaseCheckError": "trimerge.merge.rebase",
     "SourceNotFoundError": "trimerge.lineage.tables.importing",
+    "HookNotFoundError": "trimerge.hooks.model",
+    "ConsumerExpiredError": "trimerge.hooks.feed",
     "SparkUnavailableError": "trimerge.diff.spark",
     "TrimergeNamespace": "trimerge.namespace.service",
 }
@@ -96,6 +102,16 @@ _register_table_function("diff", _sql_diff)
 from trimerge.remotes import install as _install_remotes  # noqa: E402
 
 _install_remotes()
+
+# repo.requests (merge requests, reviews, the merge queue): trimerge.review lives above merge too.
+from trimerge.review import install as _install_review  # noqa: E402
+
+_install_review()
+
+# repo.hooks, repo.changes, delivery after writes, gc's holds, pre-merge gates: trimerge.hooks (above diff).
+from trimerge.hooks import install as _install_hooks  # noqa: E402
+
+_install_hooks()
 
 
 def __getattr__(name: str):
