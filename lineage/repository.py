@@ -29,6 +29,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from trimerge.lineage.storage.ids import new_ulid
@@ -78,12 +79,14 @@ from trimerge.lineage.history.retention import DeletionLog, ReclaimedCommits
 from trimerge.lineage.tables.maintenance import MAINTENANCE
 from trimerge.lineage.history.names import HEAD, MAIN, SCHEMA_LOCK_BRANCH, is_addressable, is_internal_branch
 from trimerge.lineage.safety.recovery import Recovery, RecoveryReport
-from trimerge.lineage.history.refexpr import resolve as resolve_expr
+from trimerge.lineage.history import reftime
+from trimerge.lineage.history.refexpr import resolve as resolve_expr, resolve_base
 from trimerge.lineage.history.refs import Branch, RefStore, Tag, encode_name, now
 from trimerge.lineage.tables import relocation
 from trimerge.lineage.tables.tablestore import TableStore
 # clone, fetch, pull, push and ``repo.remotes``: registered by trimerge.remotes when ``trimerge`` is imported.
-from trimerge.lineage.extensions import REMOTE_OPERATIONS, register_remote_operations  # noqa: F401
+from trimerge.lineage.extensions import REMOTE_OPERATIONS, REPOSITORY_EXTENSIONS, register_remote_operations  # noqa: F401
+from trimerge.lineage.extensions import HooksFacade, ref_changed  # repo.hooks, repo.changes: trimerge.hooks
 
 
 #: How long gc keeps the commits of a deleted branch or tag (git keeps unreachable objects 2 weeks).
@@ -152,8 +155,11 @@ class _RefNamespace:
     def tracking_tip(self, name: str) -> str | None:
         return self.repo.refs.tracking(name)
 
+    def value_at(self, name: str, when: datetime) -> str:  # NAME@{TIME}: lineage.history.reftime
+        return reftime.value_at(self.repo, name, when, lambda plain: resolve_base(plain, self))
 
-class Repository(TableWrites):
+
+class Repository(TableWrites, HooksFacade):
     """A multi-table Lance repository with git-style commits, branches and tags.
 
     Create one with :meth:`init`, open an existing one with :meth:`open` (a read-write open first
@@ -170,6 +176,7 @@ class Repository(TableWrites):
         self.docs = Documents(location.backend(META_DIR), location.join(META_DIR))
         self.commits = CommitStore(self.docs)
         self.refs = RefStore(self.docs)
+        self.refs.on_change = partial(ref_changed, self)  # hooks deliver their events (trimerge.hooks)
         self.table_store = TableStore(location, moved_from)
         self.branches = BranchManager(self)
         self.tags = TagManager(self)
@@ -253,6 +260,11 @@ class Repository(TableWrites):
              **options: Any) -> Any:
         """Move the remote's ``branch`` to this one's tip: fast-forward only."""
         return REMOTE_OPERATIONS["push"](self, remote, branch, tags=tags, **options)
+
+    @property
+    def requests(self) -> Any:
+        """Merge requests, reviews and the merge queue (``create``, ``show``, ``merge``...: :mod:`trimerge.review`)."""
+        return REPOSITORY_EXTENSIONS["requests"](self)
 
     @property
     def path(self):
@@ -441,13 +453,16 @@ class Repository(TableWrites):
         return self.open_table_version(self.table_version(table, ref))
 
     def read(self, table: str, ref: str | None = None, *, columns: Sequence[str] | None = None,
-             where: str | pc.Expression | None = None, filter: str | pc.Expression | None = None) -> pa.Table:
+             where: str | pc.Expression | None = None, filter: str | pc.Expression | None = None,
+             as_of: datetime | str | None = None) -> pa.Table:
         """Read a table at any ref (branch, tag, commit id or prefix, expression, or an address);
-        ``where``: a SQL filter, as in delete, search and blame (``filter`` is its older name)."""
+        ``where``: a SQL filter, as in delete, search and blame (``filter`` is its older name);
+        ``as_of``: as branch/tag ``ref`` was at that time (``REF@{TIME}``, lineage.history.reftime)."""
         if where is not None and filter is not None:
             raise InvalidOperationError("read takes where= or its older name filter=, not both")
         filter = where if where is not None else filter
         table, ref = self._split_address(table, ref)
+        ref = reftime.as_of_ref(self.default_ref(ref), as_of) if as_of is not None else ref
         ds = self.dataset(table, ref)
         if columns is not None:
             columns = [columns] if isinstance(columns, str) else list(columns)

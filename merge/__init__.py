@@ -11,9 +11,10 @@ from trimerge.merge.engine import (
     merge,
     revert,
 )
+from trimerge.merge.fastforward import FastForwardError
 from trimerge.merge.rebase import RebaseCheckError, RebaseConflictError, RebaseResult, rebase
 
-__all__ = ["Conflict", "MergeBaseError", "MergeCheckError", "MergeConflictError", "MergeResult", "RebaseCheckError", "RebaseConflictError", "RebaseResult",
+__all__ = ["Conflict", "FastForwardError", "MergeBaseError", "MergeCheckError", "MergeConflictError", "MergeResult", "RebaseCheckError", "RebaseConflictError", "RebaseResult",
            "TableMergeStats", "cherry_pick", "merge", "rebase", "revert"]
 
 from trimerge.lineage.safety.boundary import guarded as _guarded  # noqa: E402 - the API's edge

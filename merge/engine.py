@@ -27,6 +27,7 @@ from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.gates.derived import check_on_stale
 from trimerge.lineage.errors import InvalidOperationError, ReadOnlyRefError, RefSyntaxError
 from trimerge.lineage.repository import Ref, Repository
+from trimerge.merge import fastforward
 from trimerge.merge.gates import Gate, merge_checks
 from trimerge.merge.plan import ThreeWay, same_content
 from trimerge.merge.publish import changes_anything, publish
@@ -254,11 +255,15 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
           resolutions: Any = None, conflicts_file: str | None = None,
           max_conflicts: int | None = MAX_CONFLICTS, verify: bool | None = None, squash: bool = False,
           tables: list[str] | None = None, on_stale: str = "report",
-          progress: Progress | None = None, checks: bool = True) -> MergeResult:
+          progress: Progress | None = None, checks: bool = True, fast_forward: str = "never") -> MergeResult:
     """Merge ``source`` (any ref) into branch ``dest``.
 
     Publishes one merge commit with parents (dest tip, source tip) — also when dest has not moved
-    (never a fast-forward). Returns status ``up-to-date`` without a commit when the source is
+    (the default ``fast_forward="never"``, lakeFS's rule). ``fast_forward="allow"`` (git's
+    ``--ff``) instead moves dest to the source's tip when dest has not diverged (status
+    ``fast-forward``, ``commit`` the source's tip) and merges otherwise; ``"only"``
+    (``--ff-only``) moves it or raises :class:`~trimerge.merge.fastforward.FastForwardError`
+    (see :mod:`trimerge.merge.fastforward`). Returns status ``up-to-date`` without a commit when the source is
     already contained in dest. ``resolutions`` (a table like :meth:`MergeResult.conflicts_table`
     plus ``resolution`` and ``value`` columns) settle single conflicts first; ``strategy``
     (``source-wins``/``dest-wins``, or per table) settles the rest. Conflicts left unresolved raise
@@ -298,6 +303,10 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
     check_on_stale(on_stale)
     if not isinstance(squash, bool):
         raise InvalidOperationError(f"squash= takes True or False, not {squash!r}")
+    ff_mode = fastforward.check_mode(fast_forward)
+    if ff_mode == "only" and (squash or tables is not None):
+        raise InvalidOperationError("fast_forward='only' moves the whole branch: it cannot be combined with "
+                                    "squash= or tables=")
     theirs = repo.resolve(src)
     ours = repo.resolve(dst)
     only = checked_tables(tables, set(ours.tables) | set(theirs.tables))
@@ -308,6 +317,17 @@ def merge(source: str | Ref, dest: str | Ref, *, repo: Repository | None = None,
                                | {t for b in bases for t in b.tables})
         return MergeResult(status="up-to-date", source_ref=src, source_commit=theirs, dest_ref=dst, dest_commit=ours,
                            base=bases, dry_run=dry_run, strategy=strategy, granularity=granularity)
+    if ff_mode != "never" and not squash and only is None:
+        blocker = fastforward.fast_forward_blocker(repo, dst, ours, theirs)
+        if blocker is None:
+            if not dry_run:
+                fastforward.move(repo, dst, ours, theirs, actor=actor, source=src)
+            return MergeResult(status="fast-forward", source_ref=src, source_commit=theirs, dest_ref=dst,
+                               dest_commit=ours, base=bases, commit=theirs, dry_run=dry_run, strategy=strategy,
+                               granularity=granularity)
+        if ff_mode == "only":
+            raise fastforward.FastForwardError(f"not possible to fast-forward '{dst}' to '{src}': {blocker} "
+                                               "(merge without --ff-only to make a merge commit)")
     extra: dict[str, str] = {}
     default = f"Merge '{src}' into '{dst}'"
     if only is not None:

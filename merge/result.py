@@ -152,7 +152,7 @@ class MergeResult:
     ``dest_ref``/``dest_commit`` (``dest_ref`` is always a branch). ``source`` and ``dest`` are
     the older names of ``source_commit`` and ``dest_ref``."""
 
-    status: Literal["merged", "up-to-date", "conflicts", "check_failed"]
+    status: Literal["merged", "up-to-date", "conflicts", "check_failed", "fast-forward"]
     source_ref: str
     source_commit: Commit
     dest_ref: str

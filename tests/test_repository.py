@@ -487,7 +487,8 @@ def test_null_key_in_overwrite_is_a_primary_key_error(seeded):
     T(carrier=["ZZ"], name=[[1, 2]]),                # list into a string column
 ])
 def test_schema_mismatch_on_load(seeded, data):
-    for op in (seeded.append, seeded.upsert):
+    # An append fills a missing nullable column with nulls (issue 54, tests/test_habits_round2.py)
+    for op in (seeded.upsert,) if data.column_names == ["carrier"] else (seeded.append, seeded.upsert):
         with pytest.raises(SchemaMismatchError):
             op("airlines", data)
     assert len(seeded.log()) == 3

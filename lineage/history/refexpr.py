@@ -35,10 +35,14 @@ _DIGITS = frozenset("0123456789")  # str.isdigit would also accept other scripts
 _MAX_STEP_DIGITS = 18
 _MIN_PREFIX = 4
 _AT_N = re.compile(r"(?P<name>.+)@\{(?P<n>[0-9]{1,9})\}")  # NAME@{N}: a reflog entry
+_AT_TIME = re.compile(r"(?P<name>[^{}]+)@\{(?P<when>[^{}]{1,64})\}")  # NAME@{TIME} (lineage.history.reftime)
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
 _ID_PREFIX = re.compile(rf"[0-9a-f]{{{_MIN_PREFIX},63}}")
 _SHORT = 7  # id length shown in messages
 _MAX_LISTED_CANDIDATES = 10
+#: Fully spelled refs (git's): a branch, a tag, a remote-tracking ref ``refs/remotes/REMOTE/BRANCH``.
+HEADS_PREFIX, TAGS_PREFIX, REMOTES_PREFIX = "refs/heads/", "refs/tags/", "refs/remotes/"
+QUALIFIED_PREFIXES = (HEADS_PREFIX, TAGS_PREFIX, REMOTES_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -128,10 +132,16 @@ def parse_ref_expr(text: str) -> RefExpr:
     base = text[:cut]
     if not base:
         raise _syntax_error(text, 0, f"missing ref name before {text[0]!r}")
-    for i, ch in enumerate(base if not _PLAIN_BASE.match(base) else ""):
+    timed = _AT_TIME.fullmatch(base)  # NAME@{TIME}: the time is checked when it is read
+    checked = timed.group("name") if timed is not None else base
+    for i, ch in enumerate(checked if not _PLAIN_BASE.match(checked) else ""):
         problem = _base_char_problem(ch)
         if problem:
             raise _syntax_error(text, i, problem)
+    if timed is not None:
+        for i, ch in enumerate(timed.group("when"), start=len(checked) + 2):
+            if unicodedata.category(ch) == "Cc":
+                raise _syntax_error(text, i, f"control character {ch!r} is not allowed")
 
     steps: list[Step] = []
     pos = cut
@@ -153,11 +163,31 @@ def parse_ref_expr(text: str) -> RefExpr:
     return RefExpr(base, tuple(steps))
 
 
+def _qualified(name: str, ns: RefNamespace) -> str | None:
+    """The commit a fully spelled ref names (git's ``refs/heads/B``, ``refs/tags/T``,
+    ``refs/remotes/R/B``), looked up in that kind of ref only; None when ``name`` is not spelled so
+    or names nothing there (then, as in git, it is tried as a short name: a branch may be called so)."""
+    if not name.startswith(QUALIFIED_PREFIXES):
+        return None
+    if name.startswith(REMOTES_PREFIX):
+        short = name[len(REMOTES_PREFIX):]
+        tracking = getattr(ns, "tracking_tip", None)
+        return tracking(short) if tracking is not None and "/" in short else None
+    if name.startswith(HEADS_PREFIX):
+        short = name[len(HEADS_PREFIX):]
+        return ns.branch_tip(short) if short and short != "HEAD" else None  # HEAD is no branch's name
+    return ns.tag_target(name[len(TAGS_PREFIX):]) if len(name) > len(TAGS_PREFIX) else None
+
+
 def resolve_base(name: str, ns: RefNamespace) -> str:
     """Resolve a ref name (no steps) to a full commit id.
 
+    A fully spelled name is looked up in its kind of ref first, as in git: ``refs/heads/B`` is
+    branch B, ``refs/tags/T`` tag T and ``refs/remotes/R/B`` the remote-tracking ref ``R/B`` — the
+    unambiguous way to name one when a local branch is called ``R/B``.
     ``NAME@{N}`` is the N-th previous value of ``NAME`` in its reflog (when ``ns`` has a
-    ``reflog_value(name, n)`` method). Otherwise, in lakeFS order: a full 64-hex commit id, then a branch, then a tag,
+    ``reflog_value(name, n)`` method); ``NAME@{TIME}`` the value NAME had at an ISO-8601 time
+    (when ``ns`` has ``value_at(name, datetime)``; :mod:`trimerge.lineage.history.reftime`). Otherwise, in lakeFS order: a full 64-hex commit id, then a branch, then a tag,
     then a remote-tracking ref ``REMOTE/BRANCH`` (when ``ns`` has ``tracking_tip(name)``), then a unique
     commit-id prefix of at least 4 hex digits. Hex ids are matched case-insensitively (like
     git). Raises :class:`AmbiguousRefError` (with ``candidates``) for a prefix matching
@@ -168,6 +198,14 @@ def resolve_base(name: str, ns: RefNamespace) -> str:
         from trimerge.lineage.history.reflog import validate_log_name  # checked before any lookup touches storage
 
         return ns.reflog_value(validate_log_name(at.group("name")), int(at.group("n")))
+    timed = _AT_TIME.fullmatch(name)
+    if timed is not None and hasattr(ns, "value_at"):
+        from trimerge.lineage.history.reftime import parse_when
+
+        return ns.value_at(timed.group("name"), parse_when(timed.group("when"), ref=timed.group("name")))
+    qualified = _qualified(name, ns)
+    if qualified is not None:
+        return qualified
     lowered = name.lower()
     if _FULL_ID.fullmatch(lowered) and ns.commit_exists(lowered):
         return lowered

@@ -171,11 +171,22 @@ def check_primary_key(table: pa.Table, primary_key: Sequence[str], what: str) ->
         raise PrimaryKeyError(f"{what}: {dup.num_rows} duplicate primary key value(s), e.g. {sample}")
 
 
-def conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
-    """Reorder and safely cast ``table`` to ``schema``; missing or extra columns are an error."""
+def conform(table: pa.Table, schema: pa.Schema, what: str, *, fill_nullable: bool = False) -> pa.Table:
+    """Reorder and safely cast ``table`` to ``schema``; missing or extra columns are an error.
+
+    ``fill_nullable`` (appends: new rows, as SQL's ``INSERT`` of some columns): a missing column
+    the schema lets be null is filled with nulls; a missing non-nullable one is still an error."""
     names = set(table.column_names)
     missing = [n for n in schema.names if n not in names]
     extra = [n for n in table.column_names if n not in schema.names]
+    if fill_nullable and missing and not extra:
+        required = [n for n in missing if not schema.field(n).nullable]
+        if required:
+            raise SchemaMismatchError(f"{what}: column(s) {required} missing, and the table's schema does not let "
+                                      f"them be null (the other missing columns would be filled with nulls)")
+        for n in missing:
+            table = table.append_column(schema.field(n), pa.nulls(table.num_rows, schema.field(n).type))
+        missing = []
     if missing or extra:
         raise SchemaMismatchError(
             f"{what}: columns do not match the table's schema (missing: {missing}, unexpected: {extra})"

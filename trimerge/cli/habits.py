@@ -12,7 +12,7 @@ from typing import Iterator
 
 import click
 
-__all__ = ["GIT_HABITS", "OPTION_HELP", "Count", "habit_hint", "polish"]
+__all__ = ["GIT_HABITS", "GIT_OPTION_HABITS", "OPTION_HELP", "Count", "habit_hint", "option_hint", "polish", "usage_hint"]
 
 #: Bounds at or above this are overflow guards, not limits worth showing.
 HUGE = 2**60
@@ -44,6 +44,38 @@ GIT_HABITS = {
     "blame": "use 'trimerge log' with a TABLE::KEY address, or repo.entity_history() in Python",
     "ls": "use 'trimerge table list'",
 }
+
+
+#: git options trimerge spells otherwise: (command, option) -> what to type instead.
+GIT_OPTION_HABITS = {
+    ("branch", "-d"): "delete a branch with 'trimerge branch delete NAME'",
+    ("branch", "-D"): "delete a branch with 'trimerge branch delete -D NAME' (even if unmerged)",
+    ("branch", "-m"): "branches are not renamed: 'trimerge branch create NEW --from OLD', then "
+                      "'trimerge branch delete OLD'",
+    ("branch", "-c"): "copy a branch with 'trimerge branch create NEW --from OLD'",
+    ("commit", "-m"): "there is no staging: every write ('load', 'table create', 'delete') is a "
+                      "commit; give its message with -m on that write",
+    ("commit", "-a"): "there is no staging: every write ('load', 'table create', 'delete') is a commit",
+    ("switch", "-C"): "reset a branch with 'trimerge branch reset NAME REF', then 'trimerge switch NAME'",
+}
+
+
+def option_hint(command: str, option: str) -> str | None:
+    """The hint for a git option ``command`` (e.g. ``branch``) does not have, or None."""
+    hint = GIT_OPTION_HABITS.get((command, option))
+    return f"no such option {option} of '{command}': {hint}" if hint else None
+
+
+def usage_hint(exc: click.exceptions.UsageError) -> str | None:
+    """For an unknown option that is a git spelling (``branch -d``, ``commit -m``): the hint naming
+    trimerge's; None for any other usage error."""
+    if not isinstance(exc, click.exceptions.NoSuchOption) or exc.ctx is None:
+        return None
+    names, ctx = [], exc.ctx
+    while ctx.parent is not None:  # the command path without the program's name
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return option_hint(" ".join(reversed(names)), exc.option_name)
 
 
 def habit_hint(name: str) -> str | None:

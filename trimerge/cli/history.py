@@ -17,17 +17,21 @@ from trimerge.cli.app import (
     common,
     emit,
     fail,
-    graph_text,
 )
 
 
 # ---------------------------------------------------------------------------------------------- branches, tags
 @cli.group(invoke_without_command=True)
+@click.option("-a", "--all", "list_all", is_flag=True, help="List remote-tracking refs (REMOTE/BRANCH) too, as git.")
+@click.option("-r", "--remotes", "list_remotes", is_flag=True, help="List only remote-tracking refs, as git.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show the branch each one was created from.")
 @click.pass_context
-def branch(ctx: click.Context) -> None:
-    """Create, list and delete branches (bare: list them, as git does)."""
+def branch(ctx: click.Context, list_all: bool, list_remotes: bool, verbose: bool) -> None:
+    """Create, list and delete branches (bare: list them, as git does; -a/-r/-v as git's)."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(branch_list)
+        ctx.invoke(branch_list, verbose=verbose, remotes="only" if list_remotes else "also" if list_all else None)
+    elif list_all or list_remotes or verbose:
+        fail("-a, -r and -v list branches: give them without a sub-command (or use 'branch list -v')")
 
 
 @branch.command("create")
@@ -44,11 +48,24 @@ def branch_create(obj: Context, name: str, from_ref: str | None) -> None:
 @branch.command("list")
 @click.option("--deleted", is_flag=True, help="Deleted branches whose data gc still keeps (to re-create one).")
 @click.option("-v", "--verbose", is_flag=True, help="Also show the branch each one was created from.")
+@click.option("-a", "--all", "remotes", flag_value="also", default=None,
+              help="List remote-tracking refs (REMOTE/BRANCH) too.")
+@click.option("-r", "--remotes", "remotes", flag_value="only", help="List only remote-tracking refs.")
 @common
-def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
+def branch_list(obj: Context, deleted: bool, verbose: bool, remotes: str | None = None) -> None:
     """List branches (the current one is marked *); -v: where each was created from; --deleted:
-    branches gc still keeps."""
+    branches gc still keeps; -a: remote-tracking refs too; -r: only those."""
     repo = obj.repo()
+    if remotes is not None and deleted:
+        fail("--deleted lists local branches: it cannot be combined with -a or -r")
+    tracking: list[dict] = []
+    if remotes is not None:
+        from trimerge.cli.logview import tracking_refs
+
+        tracking = [{"name": name, "commit": cid, "remote": True} for name, cid in tracking_refs(repo).items()]
+        if remotes == "only":
+            emit(obj, tracking, lambda: echo_lines(f"  {r['name']}\t{repo.short_id(r['commit'])}" for r in tracking))
+            return
     if deleted:
         gone = [{"name": r.name, "commit": r.commit_id, "deleted_at": r.deleted_at.isoformat()}
                 for r in repo.branches.deleted()]
@@ -68,17 +85,31 @@ def branch_list(obj: Context, deleted: bool, verbose: bool) -> None:
             return "\t(root)" if r["name"] == "main" else "\t(from a commit)"
         return f"\tfrom {r['parent']}" + ("" if r["parent"] in names else " (deleted)")
 
-    emit(obj, rows, lambda: echo_lines(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
-                                       f"{' (protected)' if r['protected'] else ''}{origin(r)}" for r in rows))
+    def listing() -> None:
+        echo_lines(f"{'*' if r['current'] else ' '} {r['name']}\t{repo.short_id(r['commit'])}"
+                   f"{' (protected)' if r['protected'] else ''}{origin(r)}" for r in rows)
+        echo_lines(f"  remotes/{r['name']}\t{repo.short_id(r['commit'])}" for r in tracking)
+
+    emit(obj, rows + tracking, listing)
 
 
 @branch.command("protect")
 @click.argument("name")
+@click.option("--approvals", type=click.IntRange(min=0, max=100), default=None, metavar="K",
+              help="Merges into it go through a merge request with K approvals of its source tip by people other "
+                   "than its author ('trimerge request').")
+@click.option("--checks/--no-checks", default=None,
+              help="Whether its merges must run the data checks gating it (default: yes with --approvals).")
 @common
-def branch_protect(obj: Context, name: str) -> None:
-    """Protect branch NAME: direct writes are refused, it changes by merges only."""
-    b = obj.repo().branches.protect(name)
-    emit(obj, {"name": b.name, "protected": True}, f"Protected branch {b.name}: it changes by merges only")
+def branch_protect(obj: Context, name: str, approvals: int | None = None, checks: bool | None = None) -> None:
+    """Protect branch NAME: direct writes are refused, it changes by merges only (with --approvals K,
+    by merges of reviewed requests only)."""
+    repo = obj.repo()
+    b = repo.branches.protect(name, approvals=approvals, checks=checks)
+    rule = repo.branches.protection(b.name)
+    how = f"merges of requests with {rule.approvals} approval(s)" if rule is not None and rule.approvals else "merges"
+    emit(obj, {"name": b.name, "protected": True, **(rule.to_json() if rule is not None else {})},
+         f"Protected branch {b.name}: it changes by {how} only")
 
 
 @branch.command("unprotect")
@@ -105,18 +136,47 @@ def branch_delete(obj: Context, name: str, force: bool) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("-c", "--create", is_flag=True, help="Create branch NAME first (from --from, default the current branch).")
-@click.option("--from", "from_ref", default=None, help="With -c: the ref to branch from.")
+@click.argument("start", required=False)
+@click.option("-c", "--create", is_flag=True, help="Create branch NAME first (at START, default the current branch).")
+@click.option("--from", "from_ref", default=None, help="With -c: the ref to branch from (the same as START).")
 @common
-def switch(obj: Context, name: str, create: bool = False, from_ref: str | None = None) -> None:
-    """Make NAME the current branch (-c: create it first, like git switch -c)."""
+def switch(obj: Context, name: str, start: str | None = None, create: bool = False,
+           from_ref: str | None = None) -> None:
+    """Make NAME the current branch (-c: create it first at START, like git switch -c NAME START).
+    A NAME that only a remote has (a unique REMOTE/NAME) becomes a local branch at it, as in git."""
     repo = obj.repo()
-    if from_ref is not None and not create:
-        fail("--from needs -c (create the branch)")
+    if (from_ref is not None or start is not None) and not create:
+        fail(f"{'--from' if from_ref is not None else 'START'} needs -c (create the branch)")
+    if start is not None and from_ref is not None and start != from_ref:
+        fail("give the start either as START or as --from, not both")
+    tracked = None
     if create:
-        repo.branches.create(name, from_ref=from_ref)
+        repo.branches.create(name, from_ref=start or from_ref)
+    elif not repo.branches.exists(name):
+        tracked = remote_branch(repo, name)
+        if tracked is not None:
+            repo.branches.create(name, from_ref=tracked)
     b = repo.switch(name)
-    emit(obj, {"branch": b.name, "commit": b.commit_id}, f"Switched to branch {b.name}")
+    text = f"Switched to branch {b.name}"
+    if tracked is not None:
+        remote = tracked.split("/", 1)[0]
+        sync = "" if remote == "origin" else f" {remote}"
+        text = (f"Created branch {b.name} tracking {tracked} ('trimerge pull{sync}' and 'trimerge push{sync}' "
+                f"keep them in step)\n{text}")
+    emit(obj, {"branch": b.name, "commit": b.commit_id, "created_from": tracked}, text)
+
+
+def remote_branch(repo, name: str) -> str | None:
+    """The one remote-tracking ref ``REMOTE/NAME`` (git's ``checkout.guess``); None when no remote
+    has ``name``; several remotes having it is ambiguous (one line naming them, nothing changed)."""
+    from trimerge.cli.logview import tracking_refs
+    from trimerge.lineage.errors import AmbiguousRefError
+
+    found = sorted(ref for ref in tracking_refs(repo) if ref.split("/", 1)[1] == name)
+    if len(found) > 1:
+        raise AmbiguousRefError(f"branch {name!r} is on {len(found)} remotes ({', '.join(found)}): pick one with "
+                                f"'trimerge switch -c {name} {found[0]}'")
+    return found[0] if found else None
 
 
 @cli.group(invoke_without_command=True)
@@ -209,28 +269,66 @@ def commit_text(repo, c) -> list[str]:
     return lines
 
 
-@cli.command()
-@click.argument("ref", required=False)
+class LogCommand(click.Command):
+    """``log [REVISION...] [-- TABLE...]``: what follows ``--`` are tables, as git's paths."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["log_tables"] = tuple(args[cut + 1:])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=LogCommand)
+@click.argument("revisions", nargs=-1, metavar="[REVISION]... [-- TABLE...]")
 @click.option("--first-parent", is_flag=True, help="Follow first parents only (the branch's own history).")
 @click.option("--graph", "graph", is_flag=True, help="Draw the commit graph.")
-@click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag.")
+@click.option("--all", "all_refs", is_flag=True, help="Start from every branch and tag too.")
 @click.option("--actor", default=None)
 @click.option("--limit", "-n", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
 @click.option("--no-maintenance", "no_maintenance", is_flag=True, help="Hide maintenance commits (optimize, compact).")
 @click.option("--oneline", is_flag=True, help="One line per commit: short id and message (as git log --oneline).")
+@click.option("--table", "-t", "tables", multiple=True, metavar="TABLE",
+              help="Only commits that changed TABLE (repeatable; also 'log -- TABLE...').")
+@click.option("--decorate/--no-decorate", default=True, show_default=True,
+              help="Name the branches, tags and remote-tracking refs at each commit.")
 @common
-def log(obj: Context, ref, first_parent, graph, all_refs, actor, limit, no_maintenance, oneline) -> None:
-    """Show history, newest first."""
+def log(obj: Context, revisions: tuple[str, ...], first_parent: bool, graph: bool, all_refs: bool,
+        actor: str | None, limit: int | None, no_maintenance: bool, oneline: bool, tables: tuple[str, ...],
+        decorate: bool) -> None:
+    """Show history, newest first. REVISION: a ref, A..B (in B, not in A), A...B (in exactly one of
+    them) or ^A (leave out A's history); every option works the same with --graph and --json."""
+    from trimerge.cli import logview
+
     repo = obj.repo()
+    tables = tables + click.get_current_context().meta.get("log_tables", ())
+    if len(revisions) == 1 and not tables and ".." not in revisions[0] \
+            and logview.is_unknown_ref(repo, revisions[0]) and revisions[0] in repo.tables(repo.current_branch):
+        tables, revisions = (revisions[0],), ()  # 'log stocks': a table, as git takes a path that is no ref
+    query = logview.LogQuery(revisions, all_refs, first_parent, actor, not no_maintenance, tables)
+    selection, starts = logview.select(repo, query)
+    tips = logview.decorations(repo) if decorate or graph else {}
+
+    def refs(cid: str) -> str:
+        return f" ({', '.join(tips[cid])})" if cid in tips else ""
+
     if graph:
-        starts = ([b.commit_id for b in repo.branches.list()] + [t.commit_id for t in repo.tags.list()]
-                  if all_refs else [repo.resolve(repo.default_ref(ref)).id])
-        lines = graph_text(repo, starts, first_parent=first_parent, limit=limit)
+        from trimerge.lineage.history.graphlayout import graph_lines
+
+        def label(cid: str) -> str:
+            c = repo.commit(cid)
+            return f"{repo.short_id(cid)} {c.message if oneline else f'{c.actor}: {c.message}'}{refs(cid)}"
+
+        lines = graph_lines(selection, selection.tips(starts), label, first_parent=first_parent, limit=limit)
         emit(obj, {"graph": lines}, "\n".join(lines))
         return
-    commits = repo.log(ref, first_parent=first_parent, actor=actor, limit=limit, maintenance=not no_maintenance)
+    shown = selection.walk(starts)
+    commits = [repo.commit(cid) for _, cid in zip(range(limit), shown)] if limit is not None \
+        else [repo.commit(cid) for cid in shown]
     line = (lambda c: f"{repo.short_id(c.id)} {c.message}") if oneline else (lambda c: commit_line(repo, c))
-    emit(obj, [c.summary() for c in commits], lambda: echo_lines(line(c) for c in commits))
+    emit(obj, [{**c.summary(), "refs": tips.get(c.id, [])} if decorate else c.summary() for c in commits],
+         lambda: echo_lines(line(c) + refs(c.id) for c in commits))
 
 
 @cli.command("rev-parse")

@@ -112,7 +112,8 @@ JSON_REPORTS = ("json", "sarif")
 def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granularity, dry_run, reports, message,
                actor, engine: str = "auto", spark: Any = None, conflicts_file: str | None = None,
                resolve_file: str | None = None, verify: bool = False, squash: bool = False,
-               tables: tuple[str, ...] = (), on_stale: str = "report", no_checks: bool = False) -> None:
+               tables: tuple[str, ...] = (), on_stale: str = "report", no_checks: bool = False,
+               fast_forward: str = "never") -> None:
     from trimerge.lineage.errors import InvalidOperationError
     from trimerge.merge.reports import stale_lines
     from trimerge.merge import MergeCheckError, MergeConflictError
@@ -150,6 +151,8 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             extra["on_stale"] = on_stale
         if no_checks:
             extra["checks"] = False
+        if fast_forward != "never":
+            extra["fast_forward"] = fast_forward
         resolutions = read_resolutions(resolve_file) if resolve_file else None
         result = fn(source, dest, repo=repo, strategy=_parse_strategy(strategy), granularity=granularity,
                     dry_run=dry_run, actor=actor, message=message, resolutions=resolutions,
@@ -167,6 +170,11 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
     def text() -> None:
         if result.status == "up-to-date":
             click.echo(f"Already up to date: {source} is contained in {dest}")
+            return
+        if result.status == "fast-forward":
+            click.echo(f"{'dry run: would fast-forward' if dry_run else 'Fast-forward'} {dest} "
+                       f"{repo.short_id(result.dest_commit.id)}..{repo.short_id(result.commit.id)} "
+                       f"(no merge commit: {dest} had not diverged from {source})")
             return
         if result.virtual_base:
             click.echo(f"{len(result.base)} merge bases ({', '.join(repo.short_id(b.id) for b in result.base)}): "
@@ -191,8 +199,19 @@ def _run_merge(obj: Context, fn, source: str, into: str | None, strategy, granul
             shown = "" if n == len(result.conflicts) else f" ({len(result.conflicts)} shown)"
             click.echo(f"{n} conflict(s){shown}; nothing published" if not dry_run
                        else f"dry run: {n} conflict(s){shown}")
+            if fn.__name__ in ("merge", "revert", "cherry_pick"):
+                verb = {"merge": "merge", "revert": "revert", "cherry_pick": "cherry-pick"}[fn.__name__]
+                again = f"trimerge {verb} {source}" + (f" --into {dest}" if into else "")
+                click.echo(f"next: write them with '{again} --conflicts FILE', fill in 'resolution', then "
+                           f"'{again} --resolve FILE'; or settle all with '{again} --strategy source-wins|dest-wins'")
         elif result.commit is not None:
             click.echo(f"[{dest} {repo.short_id(result.commit.id)}] {result.commit.message}")
+            if fn.__name__ == "merge" and len(result.commit.parents) > 1:
+                ids = [repo.short_id(p) for p in result.commit.parents]
+                unmoved = any(b.id == result.dest_commit.id for b in result.base)
+                click.echo(f"Made a merge commit with parents {ids[0]} ({dest}) and {ids[1]} ({source}), as every "
+                           "merge is" + (f"; {dest} had not diverged: --ff would have moved it instead" if unmoved
+                                         else ""))
         elif dry_run and result.status != "check_failed":
             click.echo("dry run: merges cleanly")
 
@@ -250,12 +269,20 @@ def _write_reports(result: Any, reports: tuple[str, ...], published: bool) -> tu
 @click.option("--on-stale", type=click.Choice(["report", "conflict"]), default="report", show_default=True,
               help="Rows whose derived column and its inputs would come from different sides: list them, or "
                    "make them row.stale_derived conflicts.")
+@click.option("--ff", "fast_forward", flag_value="allow",
+              help="Move the branch to SOURCE when it has not diverged (git's fast-forward), else merge.")
+@click.option("--ff-only", "fast_forward", flag_value="only",
+              help="Move the branch to SOURCE, or refuse (exit 1) when that is not a fast-forward.")
+@click.option("--no-ff", "fast_forward", flag_value="never", default=True,
+              help="Always make a merge commit (the default, lakeFS's rule).")
 @common
 def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, reports, message, actor, conflicts_file,
-              resolve_file, no_checks, verify, engine, verbose, squash, tables, on_stale) -> None:
-    """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source).
+              resolve_file, no_checks, verify, engine, verbose, squash, tables, on_stale, fast_forward="never") -> None:
+    """Merge SOURCE (any ref) into a branch: one commit with parents (dest, source), also when
+    the branch has not moved (lakeFS's rule; --ff or --ff-only move it instead, as git does).
 
-    Exit 0 merged or up to date, 1 conflicts, 2 bad input, 3 lost a race (retry)."""
+    Exit 0 merged, fast-forwarded or up to date, 1 conflicts or --ff-only refused, 2 bad input,
+    3 lost a race (retry)."""
     from trimerge.merge import merge
 
     spark = None
@@ -266,7 +293,8 @@ def merge_cmd(obj: Context, source, into, strategy, granularity, dry_run, report
     if any(not t for t in tables):
         fail("--table needs a table name")
     _run_merge(obj, merge, source, into, strategy, granularity, dry_run, reports, message, actor, engine, spark,
-               conflicts_file, resolve_file, verify, squash, tables, on_stale, no_checks=no_checks)
+               conflicts_file, resolve_file, verify, squash, tables, on_stale, no_checks=no_checks,
+               fast_forward=fast_forward or "never")
 
 
 @cli.command("revert")
