@@ -71,6 +71,18 @@ class Gate:
         self.enabled = enabled
         self.result = result
         self._protected: set[str] | None = None
+        self._hooks: list[Any] | None = None
+        self._with_hooks = True  # not for the reports of a merge with conflicts: no result to judge
+
+    def hook_gates(self) -> list[Any]:
+        """The gates of the layers above that judge a merge into dest (pre-merge hooks:
+        :data:`~trimerge.lineage.extensions.MERGE_GATES`), each a function of the result."""
+        if self._hooks is None:
+            from trimerge.lineage.extensions import MERGE_GATES
+
+            found = [applies(self.repo, self.dest) for applies in list(MERGE_GATES.values())]
+            self._hooks = [run for run in found if run is not None]
+        return self._hooks
 
     def gating(self, tables: Mapping[str, TableVersion], before: Mapping[str, TableVersion]) -> list[Check]:
         """The checks judging the result ``tables`` of a merge into dest as it was ``before``: a
@@ -90,15 +102,20 @@ class Gate:
         """Run the gating checks on ``tx``'s tables; whether every one passed."""
         tables = self._set_records(tx)
         checks = self.gating(tables, tx.base.tables)
-        if not checks:
+        hooks = self.hook_gates() if self._with_hooks else []
+        if not checks and not hooks:
             return True
         if not self.enabled:
-            tx.metadata[CHECKS_META] = "skipped: " + ",".join(c.name for c in checks)
+            tx.metadata[CHECKS_META] = "skipped: " + ",".join([c.name for c in checks] + ["hooks"] * bool(hooks))
             return True
-        self.result.checks = run_gated(self.repo, checks, tx.dataset, tables, self.repo.settings.get(TIMEOUT_SETTING),
-                                       record=not tx.scratch)
-        tx.metadata[CHECKS_META] = "passed: " + ",".join(c.name for c in checks)
-        return all(r.passed for r in self.result.checks)
+        results = run_gated(self.repo, checks, tx.dataset, tables, self.repo.settings.get(TIMEOUT_SETTING),
+                            record=not tx.scratch) if checks else []
+        if hooks and all(r.passed for r in results):  # a merge its checks refuse needs no hook's verdict
+            for run in hooks:
+                results = results + run(tables, tx.base, self.result, tx.scratch)
+        self.result.checks = results
+        tx.metadata[CHECKS_META] = "passed: " + ",".join(r.name for r in results)
+        return all(r.passed for r in results)
 
     def __call__(self, tx: Any) -> None:
         """Inside the publishing transaction, after the plans are applied: a failing check raises
@@ -121,7 +138,7 @@ class Gate:
             elif plan.set_to is not None:
                 tables[name] = plan.set_to
         tables.update({n: replace(tables[n], checks=r) for n, r in self.records.items() if n in tables})
-        if not self.gating(tables, ours.tables):
+        if not self.gating(tables, ours.tables) and (conflicts or not self.hook_gates()):
             return
         from trimerge.lineage.scratch import ScratchTransaction
         from trimerge.merge.publish import apply_plans
@@ -135,6 +152,7 @@ class Gate:
                 if conflicts:  # a result that cannot be built without its conflicts settled
                     return
                 raise
+            self._with_hooks = not conflicts
             passed = self._run(scratch)
         finally:
             scratch.close()

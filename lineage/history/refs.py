@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote, unquote
 
 from trimerge.lineage.commit import Commit, format_time, parse_time
@@ -57,6 +57,12 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def entry_id(key: str) -> str:
+    """The id of the reflog entry stored at ``key`` (its ULID: what an entry's ``prev`` and a
+    branch's ``log`` name; see :mod:`trimerge.lineage.history.reflog`)."""
+    return key.rsplit("/", 1)[-1].removesuffix(".json")
+
+
 @dataclass(frozen=True)
 class Branch:
     """A graph branch: a movable pointer to a commit."""
@@ -69,14 +75,23 @@ class Branch:
     version: Any = field(default=None, compare=False, repr=False)  # of the ref document, for the swap
     #: Whether the branch is protected (filled in by ``repo.branches``; see lineage/history/protection.py).
     protected: bool = field(default=False, compare=False)
+    #: The id of the reflog entry of the move that made this document (None: no entry, e.g. an
+    #: internal branch, or a document written by an older version). Swapped in with the move, so the
+    #: entries a branch's moves left chain back from here through their ``prev`` (see reflog.py).
+    log: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "commit": self.commit_id, "id": self.id,
-                "created_at": format_time(self.created_at), "parent": self.parent}
+        doc = {"name": self.name, "commit": self.commit_id, "id": self.id,
+               "created_at": format_time(self.created_at), "parent": self.parent}
+        if self.log is not None:
+            doc["log"] = self.log
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], version: Any = None) -> "Branch":
-        return cls(doc["name"], doc["commit"], doc["id"], parse_time(doc["created_at"]), doc.get("parent"), version)
+        log = doc.get("log")
+        return cls(doc["name"], doc["commit"], doc["id"], parse_time(doc["created_at"]), doc.get("parent"), version,
+                   log=log if isinstance(log, str) else None)
 
 
 @dataclass(frozen=True)
@@ -106,12 +121,20 @@ class RefStore:
 
         self.docs = docs
         self.reflog = Reflog(docs)
+        #: Told ``(kind, name)`` after a user branch was created, moved or deleted ("branch") or a tag
+        #: created ("tag"): the repository wires it to the layers above (hooks deliver events then).
+        self.on_change: Callable[[str, str], None] | None = None
 
-    def _logged(self, name: str, old: str | None, new: str | None, actor: str, reason: str) -> str | None:
+    def _logged(self, name: str, old: str | None, new: str | None, actor: str, reason: str, *,
+                prev: str | None = None, inc: str | None = None) -> str | None:
         """Record a move of a user branch in the reflog, before the move (see :mod:`trimerge.lineage.history.reflog`)."""
         if is_internal_branch(name) or old == new:
             return None  # internal and temporary branches (a rebase's replays) have no reflog
-        return self.reflog.record(name, old, new, actor, reason)
+        return self.reflog.record(name, old, new, actor, reason, prev=prev, inc=inc)
+
+    def _changed(self, kind: str, name: str) -> None:
+        if self.on_change is not None and (kind == "tag" or not is_internal_branch(name)):
+            self.on_change(kind, name)
 
     @staticmethod
     def branch_key(name: str) -> str:
@@ -143,28 +166,41 @@ class RefStore:
 
     def create_branch(self, branch: Branch, *, actor: str = "", reason: str = "branch: created") -> Branch | None:
         """Create the branch document; None if the name is taken. Recorded in the reflog."""
-        entry = self._logged(branch.name, None, branch.commit_id, actor, reason)
+        entry = self._logged(branch.name, None, branch.commit_id, actor, reason, inc=branch.id)
+        branch = replace(branch, log=entry_id(entry) if entry else None)
         version = self.docs.create(self.branch_key(branch.name), branch.to_json())
         if version is None and entry:
             self.reflog.discard(entry)
-        return None if version is None else replace(branch, version=version)
+        if version is None:
+            return None
+        self._changed("branch", branch.name)
+        return replace(branch, version=version)
 
     def move_branch(self, branch: Branch, commit_id: str, *, actor: str = "", reason: str = "") -> Branch | None:
         """Point ``branch`` at ``commit_id`` if its document is unchanged since ``branch`` was read
         (recorded in the reflog, with ``actor`` and ``reason``)."""
-        entry = self._logged(branch.name, branch.commit_id, commit_id, actor, reason)
-        version = self.docs.swap(self.branch_key(branch.name), replace(branch, commit_id=commit_id).to_json(),
-                                 branch.version)
+        entry = self._logged(branch.name, branch.commit_id, commit_id, actor, reason, prev=branch.log, inc=branch.id)
+        moved = replace(branch, commit_id=commit_id, log=entry_id(entry) if entry else branch.log)
+        version = self.docs.swap(self.branch_key(branch.name), moved.to_json(), branch.version)
         if version is None and entry:
             self.reflog.discard(entry)
-        return None if version is None else replace(branch, commit_id=commit_id, version=version)
+        if version is None:
+            return None
+        if entry:
+            self._changed("branch", branch.name)
+        return replace(moved, version=version)
 
     def delete_branch(self, name: str, *, old: str | None = None, actor: str = "",
                       reason: str = "branch: deleted") -> None:
         """Remove the branch document; ``old`` (its tip) is recorded in the reflog when given."""
-        if old is not None:
-            self._logged(name, old, None, actor, reason)
+        logged = None
+        if old is not None and not is_internal_branch(name):
+            current = self.branch(name)
+            logged = self._logged(name, old, None, actor, reason, prev=current.log if current else None,
+                                  inc=current.id if current else None)
         self.docs.delete(self.branch_key(name))
+        if logged:
+            self._changed("branch", name)
 
     # -- tags
     def tag(self, name: str) -> Tag | None:
@@ -176,7 +212,10 @@ class RefStore:
         return [k.rsplit("/", 1)[1].removesuffix(".json") for k in self.docs.list(TAGS)]
 
     def create_tag(self, tag: Tag) -> bool:
-        return self.docs.create(self.tag_key(tag.name), tag.to_json()) is not None
+        created = self.docs.create(self.tag_key(tag.name), tag.to_json()) is not None
+        if created:
+            self._changed("tag", tag.name)
+        return created
 
     def delete_tag(self, name: str) -> None:
         self.docs.delete(self.tag_key(name))

@@ -17,6 +17,7 @@ import click
 from trimerge.cli.app import Context, cli, common, emit, fail
 from trimerge.cli.diffs import diff_format, diff_options, render_diff
 from trimerge.cli.history import commit_text
+from trimerge.lineage.errors import TrimergeError
 
 LOCKS = "locks"
 
@@ -59,11 +60,16 @@ def repository_status(repo: Any) -> dict[str, Any]:
         if intent["branch"] not in live:  # its writer is gone: recovery will finish or undo it
             pending.append({"intent": intent["ulid"], "branch": intent["branch"]})
     quarantined = list(docs.backend.keys_below(QUARANTINE))
+    # Hooks still to deliver, or failing: a failed delivery never failed the write, so it shows here.
+    try:
+        hooks = [h.to_json() for h in repo.hooks.status() if h.pending or h.failures or h.gaps]
+    except TrimergeError as exc:  # a damaged hook document: said, and the rest of status still shown
+        hooks = [{"name": "?", "pending": 0, "failures": 1, "retry_at": None, "gaps": 0, "last_error": str(exc)}]
     return {"branch": name, "exists": branch is not None,
             "commit": tip.id if tip else None, "short": repo.short_id(tip.id) if tip else None,
             "message": tip.message if tip else None, "parent_branch": branch.parent if branch else None,
             "in_flight": in_flight, "pending_recovery": pending, "unreadable_notes": unreadable,
-            "quarantined": quarantined}
+            "quarantined": quarantined, "hooks": hooks}
 
 
 def status_lines(state: dict[str, Any]) -> list[str]:
@@ -82,6 +88,14 @@ def status_lines(state: dict[str, Any]) -> list[str]:
         lines.append(f"Recovery note {key} cannot be read: see 'trimerge fsck'")
     if not (state["in_flight"] or state["pending_recovery"] or state["unreadable_notes"] or state["quarantined"]):
         lines.append("No write in flight, nothing to recover")
+    for h in state.get("hooks", []):
+        if h["name"] == "?":
+            lines.append(f"hooks: {h['last_error']}")
+            continue
+        how = (f"failing ({h['failures']} in a row, next try {h['retry_at']}): {h['last_error']}" if h["failures"]
+               else "waiting for delivery ('trimerge hooks run')")
+        lost = f"; {h['gaps']} pass(es) found events gone before delivery" if h["gaps"] else ""
+        lines.append(f"hook {h['name']}: {h['pending']} event(s) pending, {how}{lost} (see 'trimerge hook log {h['name']}')")
     return lines
 
 
