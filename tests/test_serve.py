@@ -311,7 +311,7 @@ BAD = [  # (method, path, body, status, code, words in the message)
     ("POST", "/v1/table/items/drop", {"id": ["items"]}, 406, 0, "read-only"),
     ("POST", "/v1/table/items/create", None, 406, 0, "read-only"),
     ("POST", "/v1/nothing/here", None, 406, 0, "not an operation"),
-    ("GET", "/v1/table/items/version/list?limit=-1", None, 400, 13, "limit"),
+    ("POST", "/v1/table/items/version/list?limit=-1", None, 400, 13, "limit"),
 ]
 
 

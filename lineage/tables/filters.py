@@ -1,4 +1,5 @@
-"""SQL filters (``--where``, ``filter=``): parsed and measured once, before Lance sees them.
+"""SQL filters (``--where``, ``filter=``) and other client expressions (a served query's
+projections): parsed and measured once, before Lance sees them.
 
 Lance parses a filter with sqlparser and plans it with DataFusion; both recurse over the
 expression. Measured with pylance 14, each probe in a subprocess (``tests/test_filter_limits.py``
@@ -44,13 +45,19 @@ so a 100,000-key ``IN`` list is checked in milliseconds. A filter of at most
 
 Then :func:`plan_filter` plans it (does not run it) against the table's schema, so an unknown
 column or a type mismatch is reported before anything is written.
+
+Lance parses a projection (``columns={"x": "id + 1"}``, LanceDB's ``select({...})``) with the same
+parser and planner, and crashes on the same shapes (``id+id+…``: SIGSEGV from about 830 terms,
+measured like the filters above). :func:`check_expressions` applies every limit above to each of
+the expressions one request sends (a projection such as ``id * 2`` need not be boolean) and bounds
+their parts together; :func:`plan_projection` plans projections as :func:`plan_filter` plans a filter.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from trimerge.lineage.errors import InvalidOperationError, lance_message
 
@@ -107,9 +114,28 @@ class FilterShape:
     text: str = field(default="", repr=False)  # what was parsed: the filter with long literal runs shortened
 
 
-def check_filter(text: Any, what: str = "filter") -> str:
-    """Return ``text`` if it passes the limits above, else raise :class:`InvalidOperationError`."""
-    shape = measure_filter(text, what)
+def check_filter(text: Any, what: str = "filter", *, kind: str = "filter") -> str:
+    """Return ``text`` if it passes the limits above, else raise :class:`InvalidOperationError`.
+    ``kind`` names what the text is in the messages ("filter", "projection", ...)."""
+    _enforce(measure_filter(text, what, kind=kind), what)
+    return text
+
+
+def check_expressions(items: Iterable[tuple[str, Any, str]]) -> None:
+    """Check the expressions one request sends, ``(what, text, kind)`` each: every one as
+    :func:`check_filter` checks it, and all of them together within :data:`MAX_FILTER_NODES`
+    parts (Lance plans each, so a request of many expressions costs their sum)."""
+    total = 0
+    for what, text, kind in items:
+        shape = measure_filter(text, what, kind=kind)
+        _enforce(shape, what)
+        total += shape.tokens
+        if total > MAX_FILTER_NODES:
+            raise InvalidOperationError(f"{what}: the request's expressions have over {MAX_FILTER_NODES:,} parts "
+                                        f"together (the limit); send fewer or smaller ones")
+
+
+def _enforce(shape: FilterShape, what: str) -> None:
     limits = ((shape.nesting, MAX_FILTER_NESTING,
                "nests {n} levels deep (brackets, function calls, CAST, NOT, signs; the limit is {m})"),
               (shape.depth, MAX_FILTER_DEPTH, "is {n} operators deep (the limit is {m}); split it into several calls"),
@@ -124,16 +150,16 @@ def check_filter(text: Any, what: str = "filter") -> str:
     for n, m, message in limits:
         if n > m:
             raise InvalidOperationError(f"{what} " + message.format(n=f"{n:,}", m=f"{m:,}"))
-    return text
 
 
-def measure_filter(text: Any, what: str = "filter") -> FilterShape:
+def measure_filter(text: Any, what: str = "filter", *, kind: str = "filter") -> FilterShape:
     """The shape of filter ``text``: lexical problems raise :class:`InvalidOperationError`; the
     measures are returned for :func:`check_filter` (and tests) to compare with the limits."""
     if not isinstance(text, str):
         raise InvalidOperationError(f"{what} must be SQL text, not {type(text).__name__}")
     if not text.strip():
-        raise InvalidOperationError(f"{what} is empty (use 'true' to select every row)")
+        hint = " (use 'true' to select every row)" if kind == "filter" else ""
+        raise InvalidOperationError(f"{what} is empty{hint}")
     if len(text) > MAX_FILTER_CHARS:
         raise InvalidOperationError(f"{what} is {len(text):,} characters long; the limit is {MAX_FILTER_CHARS:,}")
     if "\x00" in text:
@@ -142,14 +168,14 @@ def measure_filter(text: Any, what: str = "filter") -> FilterShape:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidOperationError(f"{what} is not valid Unicode") from None
-    shape = _scan(text, what)
+    shape = _scan(text, what, f"a {kind}" if kind[:1] not in "aeiou" else f"an {kind}")
     if shape.nesting > MAX_FILTER_NESTING or shape.tokens > MAX_FILTER_NODES or shape.tokens <= MAX_FILTER_NESTING:
         return shape  # too deep or too large to be worth parsing — or too short to break any limit
     _measure_tree(shape, what)
     return shape
 
 
-def _scan(text: str, what: str) -> FilterShape:
+def _scan(text: str, what: str, noun: str) -> FilterShape:
     """Tokenize: refuse what no parse needs to see (placeholders, unterminated quotes), count
     list widths per bracket, and shorten long runs of literal list items."""
     shape = FilterShape()
@@ -173,11 +199,12 @@ def _scan(text: str, what: str) -> FilterShape:
         if kind == "placeholder":
             raise InvalidOperationError(f"{what}: placeholders such as '?' or '$1' are not supported; write the value")
         if value == ";":
-            raise InvalidOperationError(f"{what}: ';' at character {pos + 1}: a filter is one SQL expression, "
+            raise InvalidOperationError(f"{what}: ';' at character {pos + 1}: {noun} is one SQL expression, "
                                         "not statements (quote a ';' that is part of a value: 'a;b')")
         if kind == "comma" and not stack:
-            raise InvalidOperationError(f"{what}: ',' at character {pos + 1} outside brackets: a filter is one "
-                                        "SQL expression (join conditions with AND / OR)")
+            hint = " (join conditions with AND / OR)" if noun == "a filter" else ""
+            raise InvalidOperationError(f"{what}: ',' at character {pos + 1} outside brackets: {noun} is one "
+                                        f"SQL expression{hint}")
         pos = m.end()
         if kind == "ws":
             continue
@@ -190,7 +217,7 @@ def _scan(text: str, what: str) -> FilterShape:
         elif kind == "close":
             if not stack or _PAIRS[stack[-1][2]] != value:
                 raise InvalidOperationError(f"{what}: unmatched {value!r} at character {m.start() + 1}: "
-                                            "a filter is one SQL expression")
+                                            f"{noun} is one SQL expression")
             _close_list(shape, stack.pop())
         elif kind == "comma" and stack:
             stack[-1][1] += 1
@@ -273,9 +300,34 @@ def plan_filter(dataset: Any, text: str, what: str) -> None:
     the expression must be the closing bracket. :func:`check_filter` has made sure the text's own
     brackets pair up, so that bracket is ours."""
     try:
-        dataset.scanner(filter=f"({text}\n)", columns=[]).explain_plan()
+        dataset.scanner(filter=whole(text), columns=[]).explain_plan()
     except (OSError, ValueError, RuntimeError) as exc:
-        parser = re.search(r"\(sql parser error: (.*)\)", str(exc).replace("\n", " "))
-        detail = (f"not one SQL expression (the parser: {parser.group(1).split(', /')[0]})" if parser
-                  else lance_message(exc).replace(f"({text}", text))
-        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {detail[:300]}") from None
+        raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {_refusal(exc, text)}") from None
+
+
+def whole(text: str) -> str:
+    """``text`` as Lance must parse all of it: in brackets, the closing one on a line of its own
+    (see :func:`plan_filter`). The text's own brackets must pair up (:func:`check_filter`)."""
+    return f"({text}\n)"
+
+
+def plan_projection(dataset: Any, columns: Mapping[str, str], what: str) -> dict[str, str]:
+    """Plan (do not run) a projection ``{output name: expression}`` on a Lance dataset, each
+    expression checked by :func:`check_expressions` first; the projection to give Lance (each
+    expression :func:`whole`, so no trailing text is ever dropped)."""
+    projection = {name: whole(text) for name, text in columns.items()}
+    for name, text in columns.items():  # one at a time: the error names the expression at fault
+        try:
+            dataset.scanner(columns={name: projection[name]}, limit=0).explain_plan()
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise InvalidOperationError(f"{what} {name[:100]!r}: bad expression {text[:200]!r}: "
+                                        f"{_refusal(exc, text)}") from None
+    return projection
+
+
+def _refusal(exc: Exception, text: str) -> str:
+    """Lance's reason for refusing ``text`` (planned :func:`whole`), on one line."""
+    parser = re.search(r"\(sql parser error: (.*)\)", str(exc).replace("\n", " "))
+    detail = (f"not one SQL expression (the parser: {parser.group(1).split(', /')[0]})" if parser
+              else lance_message(exc).replace(f"({text}", text))
+    return detail[:300]

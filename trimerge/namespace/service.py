@@ -101,6 +101,9 @@ class TrimergeNamespace(ln.LanceNamespace):
         if not root:
             raise ln.InvalidInputError("the trimerge namespace needs a 'root' property: the repository's location")
         self.root = root
+        if actor and (not actor.isprintable() or len(actor) > 200):
+            raise ln.InvalidInputError(f"actor={actor[:200]!r}: an actor is plain printable text of at most 200 "
+                                       f"characters (no control or formatting characters)")
         #: Author and message of the commits LanceDB writes become (properties ``actor``, ``message``).
         self.actor, self.message = actor or None, message or None
         self._writable: Repository | None = None

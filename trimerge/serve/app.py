@@ -5,6 +5,12 @@ tables the in-process namespace gives); this module decides who may ask, turns H
 namespace's request models and its answers and errors back into JSON. An error is the spec's
 ``ErrorResponse`` (``{"error": MESSAGE, "code": N, "detail": TYPE}``, ``code`` one of
 :class:`lance_namespace.ErrorCode`) with a 4xx status for anything the client can fix.
+
+Every request the HTTP layer hands over gets that body on an error and one log line, whatever its
+path (routes added through :attr:`ServeConfig.routes` answer first; everything else comes here):
+a route of the spec asked with another method is 405 with an ``Allow`` header, a path the spec
+does not have is 406. A body is JSON of at most :data:`MAX_BODY` bytes nesting at most
+:data:`MAX_JSON_DEPTH` levels (no ``NaN``/``Infinity``).
 """
 
 from __future__ import annotations
@@ -13,26 +19,30 @@ import json
 import threading
 import time
 from typing import Any
+from urllib.parse import quote
 
 import lance_namespace as ln
 from lance_namespace_urllib3_client.models import ErrorResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import request_response
 
 from trimerge.lineage.errors import TrimergeError, one_line
 from trimerge.namespace.query import ARROW_FILE
 from trimerge.namespace.service import TrimergeNamespace
 from trimerge.serve.config import ServeConfig
-from trimerge.serve.routes import Op, build_request, find_op, split_path
+from trimerge.serve.routes import Op, build_request, find_op, spec_method, split_path
 from trimerge.serve.tokens import Grant, find_grant
 
-__all__ = ["MAX_BODY", "build_app", "http_status"]
+__all__ = ["MAX_BODY", "MAX_JSON_DEPTH", "MethodNotAllowedError", "build_app", "http_status"]
 
 #: Largest request body read (the served operations' bodies are a few hundred bytes).
 MAX_BODY = 1 << 20
+#: Deepest nesting of a body's arrays and objects (the spec's requests nest four levels).
+MAX_JSON_DEPTH = 32
 
 _STATUS = {
     ln.ErrorCode.UNSUPPORTED: 406, ln.ErrorCode.INVALID_INPUT: 400, ln.ErrorCode.TABLE_SCHEMA_VALIDATION_ERROR: 400,
@@ -138,12 +148,51 @@ class _Service:
         return response.to_dict() if response is not None else {}
 
 
+class MethodNotAllowedError(ln.UnsupportedOperationError):
+    """A route of the spec asked with a method the spec does not give it: HTTP 405 with
+    ``Allow: allowed`` and the spec's error body (code 0, ``Unsupported``)."""
+
+    def __init__(self, message: str, allowed: str):
+        super().__init__(message)
+        self.allowed = allowed
+
+
 def _error(exc: ln.LanceNamespaceError) -> JSONResponse:
-    message = one_line(str(exc))
+    if isinstance(exc, MethodNotAllowedError):
+        return _error_body(str(exc), int(exc.code), type(exc).__name__, 405, {"Allow": exc.allowed})
+    return _error_body(str(exc), int(exc.code), type(exc).__name__, http_status(int(exc.code)))
+
+
+def _error_body(message: str, code: int, detail: str, status: int,
+                headers: dict[str, str] | None = None) -> JSONResponse:
+    message = one_line(message)
     if len(message) > 2000:  # an echoed client input must not make the answer huge
         message = message[:2000] + "..."
-    body = ErrorResponse(error=message, code=int(exc.code), detail=type(exc).__name__).to_dict()
-    return JSONResponse(body, status_code=http_status(int(exc.code)))
+    body = ErrorResponse(error=message, code=code, detail=detail).to_dict()
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _log(config: ServeConfig, request: Request, status: int, started: float, who: str) -> None:
+    """The request's one log line: time, client, method, path as sent, status, duration, token."""
+    elapsed = (time.perf_counter() - started) * 1000
+    client = request.client.host if request.client else "-"
+    config.log(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {client} {request.method} "
+               f"{_log_path(request)} {status} {elapsed:.1f}ms {who}")
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value``'s lists and dicts nest (iteratively: the value may be deep)."""
+    deepest, stack = 0, [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 async def _body(request: Request) -> Any:
@@ -158,14 +207,28 @@ async def _body(request: Request) -> Any:
     if not data.strip():
         return None
     try:
-        return json.loads(data)
+        value = json.loads(data, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ln.InvalidInputError(f"the request body is not JSON ({one_line(str(exc))[:120]})") from None
+    except RecursionError:  # deeper than Python parses: far past the limit below
+        raise ln.InvalidInputError(f"the request body nests hundreds of levels deep (at most {MAX_JSON_DEPTH})"
+                                   ) from None
+    depth = _depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise ln.InvalidInputError(f"the request body nests {depth} levels deep (at most {MAX_JSON_DEPTH})")
+    return value
+
+
+def _path(request: Request) -> str:
+    """The path as received, decoded (``request.url`` drops a newline, as ``urlsplit`` does)."""
+    return str(request.scope.get("path", ""))
 
 
 def _log_path(request: Request) -> str:
-    text = one_line(request.url.path)
-    return text if len(text) <= 200 else f"{text[:200]}...({len(text)} chars)"
+    """The path as sent (still percent-encoded: one word of the log line, whatever it decodes to)."""
+    raw = request.scope.get("raw_path")
+    text = one_line(raw.decode("ascii", "backslashreplace") if isinstance(raw, bytes) else quote(_path(request)))
+    return text if len(text) <= 200 else f"{text[:200]}...({len(text)}-chars)"  # (one word: no space)
 
 
 def build_app(config: ServeConfig) -> Starlette:
@@ -178,11 +241,15 @@ def build_app(config: ServeConfig) -> Starlette:
         try:
             grant = service.authenticate(request.headers.get("authorization"))
             who = grant.label if grant is not None else "-"
-            parsed = split_path(request.scope.get("raw_path") or request.url.path.encode())
+            parsed = split_path(request.scope.get("raw_path") or _path(request).encode())
+            allowed = spec_method(parsed[0], parsed[2]) if parsed is not None else None
+            if allowed is not None and request.method != allowed:
+                raise MethodNotAllowedError(f"{request.method} {_path(request)}: this route of the Lance REST "
+                                            f"Namespace takes {allowed} only", allowed)
             op = find_op(parsed[0], parsed[2]) if parsed is not None else None
             if parsed is None or op is None:
                 raise ln.UnsupportedOperationError(
-                    f"{request.method} {request.url.path}: not an operation trimerge serve answers (it serves the "
+                    f"{request.method} {_path(request)}: not an operation trimerge serve answers (it serves the "
                     f"Lance REST Namespace's read operations and create_table_version)")
             if op.model is None:  # a refused write: the namespace says why, whatever the body
                 service.authorize(grant, op, [])
@@ -207,11 +274,26 @@ def build_app(config: ServeConfig) -> Starlette:
             result = _error(ln.InvalidInputError(str(exc)))
         except Exception as exc:  # noqa: BLE001 - one line to the client and the log; the server goes on
             result = _error(ln.InternalError(f"internal error: {type(exc).__name__}: {exc}"))
-        elapsed = (time.perf_counter() - started) * 1000
-        client = request.client.host if request.client else "-"
-        config.log(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {client} {request.method} "
-                   f"{_log_path(request)} {result.status_code} {elapsed:.1f}ms {who}")
+        _log(config, request, result.status_code, started, who)
         return result
 
-    methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]  # (HEAD: with GET)
-    return Starlette(routes=[Route("/{path:path}", dispatch, methods=methods)])
+    from trimerge.serve.requests_routes import requests_routes  # merge requests beside the namespace
+
+    async def refused_by_routing(request: Request, exc: Exception) -> Response:
+        """An added route's own refusal (a wrong method: 405; a sub-application's 404): the error body
+        and a log line too, not Starlette's plain text."""
+        started = time.perf_counter()
+        status = int(getattr(exc, "status_code", 500))
+        code = ln.ErrorCode.INVALID_INPUT if status == 400 else ln.ErrorCode.UNSUPPORTED
+        result = _error_body(f"{request.method} {_path(request)}: {getattr(exc, 'detail', '')}", int(code),
+                             type(exc).__name__, status, getattr(exc, "headers", None))
+        _log(config, request, status, started, "-")
+        return result
+
+    app = Starlette(routes=[*requests_routes(config), *config.routes],
+                    exception_handlers={HTTPException: refused_by_routing})
+    # The namespace is not a route: a route's pattern does not match every path (``.`` stops at a
+    # newline: ``%0A``). Whatever no added route answers comes here, and is answered with the error
+    # body and a log line whatever its path and method.
+    app.router.default = request_response(dispatch)
+    return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from trimerge.serve.tokens import Grant
 
@@ -23,3 +23,6 @@ class ServeConfig:
     #: Hand the repository's storage options (credentials) to clients in ``describe_table``.
     share_storage_options: bool = False
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    #: More Starlette routes, answered before the namespace's (the web view mounts ``/ui`` here:
+    #: :mod:`trimerge.pages`, composed by the CLI).
+    routes: list[Any] = field(default_factory=list)

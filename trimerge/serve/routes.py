@@ -19,7 +19,7 @@ import lance_namespace as ln
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.history.names import validate_table_name
 
-__all__ = ["MAX_ID_PART", "Op", "build_request", "find_op", "split_path"]
+__all__ = ["MAX_ID_PART", "Op", "build_request", "find_op", "spec_method", "split_path"]
 
 #: Longest ref expression or table name part of an id a client may send.
 MAX_ID_PART = 1024
@@ -71,7 +71,14 @@ _REFUSED = {
     ("materialized_view", "create"): "create_materialized_view",
     ("materialized_view", "refresh"): "refresh_materialized_view",
 }
-_NO_ID = {("table", "batch-commit"), ("table", "version/batch-create")}
+# The spec's read operations trimerge does not serve (answered UnsupportedOperation), listed so
+# that every route of the spec has its method.
+_UNSERVED = {("table", ""), ("table", "stats"), ("table", "explain_plan"), ("table", "analyze_plan"),
+             ("table", "index/list"), ("table", "index/*/stats"), ("table", "tags/list"), ("table", "tags/version"),
+             ("table", "branches/list"), ("transaction", "describe")}
+# The spec's GET routes (their request is the path and query); every other route of it is POST.
+_GET = {("namespace", "list"), ("namespace", "table/list"), ("table", "")}
+_NO_ID = {("table", "batch-commit"), ("table", "version/batch-create"), ("table", "")}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -83,6 +90,8 @@ def split_path(raw_path: bytes) -> tuple[str, str | None, str] | None:
     except UnicodeDecodeError:
         return None
     parts = text.split("/")
+    if parts == ["", "v1", "table"]:  # ListAllTables: the one route without an action
+        return "table", None, ""
     if len(parts) < 4 or parts[0] != "" or parts[1] != "v1":
         return None
     kind, rest = unquote(parts[2]), [unquote(p) for p in parts[3:]]
@@ -94,6 +103,14 @@ def split_path(raw_path: bytes) -> tuple[str, str | None, str] | None:
     if kind == "table" and len(rest) == 4 and rest[1] == "index":
         action = f"index/*/{rest[3]}"
     return kind, rest[0], action
+
+
+def spec_method(kind: str, action: str) -> str | None:
+    """The HTTP method the spec gives the route ``(kind, action)``, or None for a path not in the spec."""
+    key = (kind, action)
+    if key in _READ or key in _REFUSED or key in _UNSERVED:
+        return "GET" if key in _GET else "POST"
+    return None
 
 
 def find_op(kind: str, action: str) -> Op | None:

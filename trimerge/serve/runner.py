@@ -17,25 +17,42 @@ class ServeError(Exception):
     """The server cannot start as asked (a non-loopback host without tokens, a port in use, ...)."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def _resolve(host: str, port: int) -> list[tuple]:
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise ServeError(f"--host {host}: cannot resolve it ({exc})") from None
+    if not infos:
+        raise ServeError(f"--host {host}: resolves to no address")
+    return infos
+
+
+def _addresses(infos: list[tuple]) -> list[str]:
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _all_loopback(infos: list[tuple]) -> bool:
+    return all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in _addresses(infos))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (a name is never trusted
+    as such: ``localhost`` may resolve anywhere)."""
+    try:
+        return _all_loopback(_resolve(host, 0))
+    except ServeError:
         return False
 
 
 def bind(host: str, port: int, *, authenticated: bool) -> socket.socket:
     """The listening socket. Without tokens anyone who reaches the port may read and write every
-    branch, so only loopback is allowed then."""
-    if not authenticated and not is_loopback(host):
+    branch, so only loopback is allowed then: every address the host resolves to must be one, and
+    the socket binds the address checked (the name is not resolved again)."""
+    infos = _resolve(host, port)
+    if not authenticated and not _all_loopback(infos):
         raise ServeError(f"--host {host}: without --token-file trimerge serve listens on loopback only "
-                         f"(127.0.0.1, ::1); give a --token-file to serve other hosts")
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ServeError(f"--host {host}: cannot resolve it ({exc})") from None
+                         f"(127.0.0.1, ::1), and {host} resolves to {', '.join(_addresses(infos))}; give a "
+                         f"--token-file to serve other hosts")
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -62,8 +79,9 @@ def serve(config: ServeConfig, host: str, port: int, ready: Callable[[str], None
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=10))
     # uvicorn stops on SIGTERM, then raises the signal again for the handler that was there before
-    # it started: that one ends the process quietly, so a requested stop exits 0.
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    # it started: that one ends the process quietly, so a requested stop exits 0. A SIGTERM that
+    # comes after "listening" but before uvicorn has its own handlers stops it as well.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: setattr(server, "should_exit", True))
     if ready is not None:
         ready(url)
     try:

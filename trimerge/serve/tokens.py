@@ -12,7 +12,12 @@ The token file has one token a line; blank lines and lines starting with ``#`` a
   ``/``). A token with a glob other than ``*`` may name only the branches it matches and
   expressions built on them (``feat~1``, ``feat^2``, ``feat@{3}``); tags and commit ids name states
   on any branch, so they need ``*``.
-* ``ACTOR`` (default: the server's user): the author of the commits this token's writes become.
+* ``ACTOR`` (default: the server's user): the author of the commits this token's writes become:
+  plain printable text (no control or formatting characters), at most :data:`MAX_ACTOR` characters.
+
+Fields are separated by spaces and tabs; a line holding any other control or formatting character
+is refused with its line number (lines end at ``\n`` only, so a stray ``\x1e`` or ``\u2028``
+cannot make one line two).
 
 Example::
 
@@ -32,12 +37,16 @@ from pathlib import Path
 from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.history.refexpr import parse_ref_expr
 
-__all__ = ["MIN_TOKEN_LENGTH", "Grant", "TokenFileError", "find_grant", "load_tokens", "parse_tokens", "ref_base"]
+__all__ = ["MAX_ACTOR", "MIN_TOKEN_LENGTH", "Grant", "TokenFileError", "find_grant", "load_tokens", "parse_tokens",
+           "ref_base"]
 
 MIN_TOKEN_LENGTH = 16
+#: Longest ACTOR a token may carry into commits.
+MAX_ACTOR = 200
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/=]+")
 _REFLOG = re.compile(r"(?P<name>.+)@\{[0-9]{1,9}\}")
 _ACCESS = ("read", "write")
+_FIELD_SEP = re.compile(r"[ \t]+")
 
 
 class TokenFileError(ValueError):
@@ -80,12 +89,16 @@ def ref_base(ref: str) -> str:
 def parse_tokens(text: str, source: str = "token file") -> list[Grant]:
     grants: list[Grant] = []
     seen: set[str] = set()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t\r")
         if not line or line.startswith("#"):
             continue
-        fields = line.split()
+        fields = _FIELD_SEP.split(line)  # (str.split() would also split at \x1c-\x1f and \u2028)
         where = f"{source} line {number}"
+        bad = next((c for c in "".join(fields) if not c.isprintable()), None)
+        if bad is not None:
+            raise TokenFileError(f"{where}: a control or formatting character ({ascii(bad)}) in it: tokens, "
+                                 f"branches and actors are plain printable text")
         if len(fields) > 4:
             raise TokenFileError(f"{where}: expected TOKEN [read|write [BRANCHES [ACTOR]]], got {len(fields)} fields")
         token = fields[0]
@@ -99,7 +112,10 @@ def parse_tokens(text: str, source: str = "token file") -> list[Grant]:
         if access not in _ACCESS:
             raise TokenFileError(f"{where}: access must be 'read' or 'write', not {access!r}")
         branches = fields[2] if len(fields) > 2 else "*"
-        grants.append(Grant(token, access == "write", branches, fields[3] if len(fields) > 3 else None, number))
+        actor = fields[3] if len(fields) > 3 else None
+        if actor is not None and len(actor) > MAX_ACTOR:
+            raise TokenFileError(f"{where}: an actor of {len(actor)} characters (at most {MAX_ACTOR})")
+        grants.append(Grant(token, access == "write", branches, actor, number))
     if not grants:
         raise TokenFileError(f"{source}: no token in it (every request would be refused)")
     return grants
