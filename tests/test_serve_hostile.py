@@ -414,3 +414,17 @@ def test_clients_nobody_here_wrote_still_work_after_the_checks(repo, servers):
     nearest = sorted(at, key=lambda r: (r["vec"][0] - 1.0) ** 2 + (r["vec"][1] - 0.5) ** 2)[:2]
     assert out["nearest"] == [r["id"] for r in nearest]
     assert "operators deep" in out["deep_where"] and out["after"] == len(at), out
+
+
+@pytest.mark.slow
+def test_a_trailing_newline_never_reaches_an_added_route(servers):
+    """Starlette's route patterns end in ``$``, which matches before a trailing newline: without the
+    guard ``/ui%0A`` was the web view's ``/ui`` and ``/v1/trimerge/requests%0A`` the requests route."""
+    for server, token in ((servers[0], None), (servers[1], READ)):
+        before = len(request_lines(server))
+        paths = ["/ui%0A", "/%0A", "/ui/%0A", "/v1/trimerge/requests%0A", "/v1/trimerge/requests%0D%0A"]
+        for path in paths:
+            status, headers, content = send(server, "GET", path, token=token)
+            answer = error_of(status, headers, content)
+            assert status in (400, 404, 406) and "\n" not in answer["error"], (path, status)
+        assert len(request_lines(server)) == before + len(paths)

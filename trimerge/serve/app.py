@@ -296,4 +296,22 @@ def build_app(config: ServeConfig) -> Starlette:
     # newline: ``%0A``). Whatever no added route answers comes here, and is answered with the error
     # body and a log line whatever its path and method.
     app.router.default = request_response(dispatch)
+    app.add_middleware(ControlPathsToNamespace, namespace=app.router.default)
     return app
+
+
+class ControlPathsToNamespace:
+    """A path holding a control character is no added route's: Starlette's route patterns end in
+    ``$``, which also matches before a trailing newline (``/ui%0A`` would reach ``/ui``). Such a path
+    goes to the namespace's handler, which answers it with the error body and one log line."""
+
+    def __init__(self, app: Any, namespace: Any):
+        self.app = app
+        self.namespace = namespace
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope.get("type") == "http" else ""
+        if any(ord(c) < 32 or ord(c) == 127 for c in path):
+            await self.namespace(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
