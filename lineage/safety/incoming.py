@@ -32,6 +32,13 @@ def record(docs: Documents, commits: Iterable[str], touched: Iterable[tuple[str,
     return key
 
 
+def commits(docs: Documents, key: str) -> list[str]:
+    """The commits the upload recorded at ``key`` brings (none when the record is gone or damaged)."""
+    found = docs.read(key, damaged_as_none=True)
+    listed = found.doc.get("commits") if found is not None and isinstance(found.doc, dict) else None
+    return [c for c in listed if isinstance(c, str)] if isinstance(listed, list) else []
+
+
 def finish(docs: Documents, key: str) -> None:
     docs.delete(key)
 
