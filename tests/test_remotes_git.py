@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import trimerge
-from trimerge.lineage.errors import CorruptRepositoryError, DataReclaimedError, RefNotFoundError, RefSyntaxError
+from trimerge.lineage.errors import DataReclaimedError, RefNotFoundError, RefSyntaxError
 from trimerge.merge import merge
 
 from conftest import T, run_trimerge_subprocess
@@ -215,8 +215,6 @@ def test_a_fetch_waits_for_a_running_gc_before_reinstating(pair):
 
 
 # ---------------------------------------------------------------------------------------------- found by the model
-@pytest.mark.xfail(strict=True, raises=(CorruptRepositoryError, TypeError), reason="transfer.py (owned elsewhere in issue 50): pylance 14's read_transaction "
-                   "raises TypeError for a RewrittenIndex transaction, which Transfer.files_of does not expect")
 def test_a_table_compacted_under_its_key_index_can_be_cloned_and_pushed(tmp_path):
     """Found by tests/test_model_remotes.py: a compaction remaps the key index (a RewrittenIndex
     transaction, which pylance 14 cannot read back as Python), and a clone of that version failed."""
