@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
         DataReclaimedError as DataReclaimedError,
         StorageError as StorageError,
         EnvironmentFailureError as EnvironmentFailureError,
+        ResourceExhaustedError as ResourceExhaustedError,
         InternalError as InternalError,
         CorruptRepositoryError as CorruptRepositoryError,
         RepositoryMovedError as RepositoryMovedError,

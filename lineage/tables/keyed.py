@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 #: Above this many input rows a keyed write joins (``merge_insert``) instead of looking keys up.
 MAX_LOOKUP_ROWS = 20_000
+#: Rows of the key columns an append's check reads at a time (flat memory, whatever the table).
+KEY_SCAN_ROWS = 1 << 17
+#: Existing keys an append's check collects before it stops (enough to name some in the error).
+SHOWN_KEYS = 5
 
 
 @dataclass
@@ -102,6 +106,46 @@ def upsert_by_join(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequen
         # column ... must not be nullable"; the condition must stay, so the key index is not used.
         builder = builder.when_matched_update_all(changed).use_index(False)
     builder.when_not_matched_insert_all().execute(rows)
+
+
+def existing_keys(ds: "lance.LanceDataset", rows: pa.Table, primary_key: Sequence[str]) -> pa.Table:
+    """Some of the keys of ``rows`` (at most :data:`SHOWN_KEYS`) the table holds already; none when
+    every key is new. What an append checks before it writes its rows as new fragments.
+
+    A small input is looked up through the key index. A large one is checked against one scan of
+    the key columns, a slice at a time: the input's keys are hashed once and sorted, each slice's
+    key hashes are looked up in them, and only hash hits are compared by value. Lance's
+    ``merge_insert`` instead builds a hash join of the whole input in a memory pool of fixed size
+    (``LANCE_MEM_POOL_SIZE``): 5M rows appended to 5M ran out of it."""
+    pk = list(primary_key)
+    keys = rows.select(pk)
+    if not keys.num_rows:
+        return keys
+    if keys.num_rows <= MAX_LOOKUP_ROWS and key_indexed(ds, pk):
+        return _lookup(ds, keys).select(pk).slice(0, SHOWN_KEYS)
+    import polars as pl
+
+    wanted = cast(pl.DataFrame, arrowtypes.to_polars(keys))
+    hashes = np.sort(wanted.hash_rows(seed=_KEY_SEED).to_numpy())
+    found: list[pa.Table] = []
+    for batch in ds.to_batches(columns=pk, batch_size=KEY_SCAN_ROWS):
+        have = cast(pl.DataFrame, arrowtypes.to_polars(pa.Table.from_batches([batch])))
+        have = have.with_columns([pl.col(k).cast(wanted.schema[k]) for k in pk if have.schema[k] != wanted.schema[k]])
+        mine = have.hash_rows(seed=_KEY_SEED).to_numpy()
+        at = np.minimum(np.searchsorted(hashes, mine), len(hashes) - 1)
+        maybe = hashes[at] == mine
+        if not maybe.any():
+            continue
+        candidates = have.with_row_index("\x01at").filter(pl.Series(maybe))
+        at_hits = candidates.join(wanted, on=pk, how="semi", nulls_equal=True)["\x01at"]  # a hash is not a key
+        if len(at_hits):
+            found.append(pa.Table.from_batches([batch]).take(at_hits.to_arrow()).cast(keys.schema))
+            if sum(t.num_rows for t in found) >= SHOWN_KEYS:
+                break
+    return pa.concat_tables(found).slice(0, SHOWN_KEYS) if found else keys.slice(0, 0)
+
+
+_KEY_SEED = 0x6B657973
 
 
 def plan_delete(ds: "lance.LanceDataset", keys: pa.Table, primary_key: Sequence[str]) -> KeyedEdit | None:
