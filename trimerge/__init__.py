@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # what the lines below add at runtime, spelled out for type c
     from trimerge.merge.result import MergeCheckError as MergeCheckError
     from trimerge.merge.rebase import RebaseConflictError as RebaseConflictError
     from trimerge.merge.rebase import RebaseCheckError as RebaseCheckError
+    from trimerge.merge.fastforward import FastForwardError as FastForwardError
     from trimerge.hooks.model import HookNotFoundError as HookNotFoundError
     from trimerge.hooks.feed import ConsumerExpiredError as ConsumerExpiredError
 
@@ -73,6 +74,7 @@ _LAZY = {
     "MergeCheckError": "trimerge.merge.result",
     "RebaseConflictError": "trimerge.merge.rebase",
     "RebaseCheckError": "trimerge.merge.rebase",
+    "FastForwardError": "trimerge.merge.fastforward",
     "SourceNotFoundError": "trimerge.lineage.tables.importing",
     "HookNotFoundError": "trimerge.hooks.model",
     "ConsumerExpiredError": "trimerge.hooks.feed",
