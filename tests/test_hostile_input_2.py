@@ -234,8 +234,8 @@ def test_a_panic_no_input_explains_is_an_internal_error(repo, monkeypatch):
     def panics(*args, **kwargs):
         raise PanicException("called `Option::unwrap()` on a `None` value")
 
-    monkeypatch.setattr(trimerge.Repository, "log", panics)
-    res = invoke(repo, "log")
+    monkeypatch.setattr(trimerge.Repository, "resolve", panics)
+    res = invoke(repo, "rev-parse", "main")
     assert res.exit_code == 4, res.output
     assert res.stderr.startswith("internal error: PanicException") and len(res.stderr.strip().splitlines()) == 1
 
