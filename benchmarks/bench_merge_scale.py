@@ -18,6 +18,10 @@ Every merged table is checked equal to the naive rewrite's (and Spark's to the l
 
 Run: ``python benchmarks/bench_merge_scale.py`` (4M rows at 0.1%, 1%, 10%, 50% and 100%);
 ``--full --rows 20000000`` for the 20M full-change merge; ``--engines local,spark`` for Spark.
+``--baseline DIR`` also runs the local merge with the ``trimerge`` of another checkout (engine
+``baseline``, alternating with ``local``), and the ``open`` engine is the import baseline: a process
+that imports pylance, pyarrow and polars and opens the repository, the floor of every peak
+(issue 55: ``--shares 0.1,0.5,1 --engines open,local --baseline /path/to/old``).
 """
 
 from __future__ import annotations
@@ -43,7 +47,11 @@ path, engine, run = sys.argv[1], sys.argv[2], sys.argv[3]
 repo = trimerge.Repository.open(path)
 out = {}
 spark = None
-if engine in ("local", "spark"):
+t0 = time.perf_counter()
+if engine == "open":
+    import lance, polars, pyarrow  # noqa: F401 - what every merge process holds anyway
+    repo.resolve("ours")
+elif engine in ("local", "spark"):
     dest = f"ours_{engine}_{run}"
     repo.branches.create(dest, from_ref="ours")
     if engine == "spark":
@@ -76,7 +84,8 @@ else:  # floor: the direct reads and writes of a row rewrite
     before = pl.from_arrow(b_ds.to_table()).join(keys, on="id", how="semi")  # their before-images
     lance.write_dataset(changed.to_arrow(), path + "-floor.lance", mode="overwrite")
     out["rows"] = changed.height + where.height + before.height
-out.update({"seconds": time.perf_counter() - t0, "peak_rss_mb": own_peak_rss_mb()})
+out.update({"seconds": time.perf_counter() - t0, "peak_rss_mb": own_peak_rss_mb(),
+            "code": trimerge.__file__.rsplit("/", 2)[0]})
 print("RESULT " + json.dumps(out))
 """
 
@@ -109,13 +118,22 @@ def same_as_naive(path: str, engines: list[str]) -> bool:
     repo = trimerge.Repository.open(path, read_only=True)
     want = lance.dataset(path + "-naive.lance").to_table().sort_by("id") if "naive" in engines else None
     got = [repo.read("t", ref=f"ours_{e}_0").sort_by("id") for e in engines if e in ("local", "spark")]
+    got += [repo.read("t", ref="ours_local_b0").sort_by("id") for e in engines if e == "baseline"]
     # polars writes large_string: compare values in trimerge's schema
     return all(g.equals(got[0]) for g in got) and (want is None or all(g.equals(want.cast(g.schema)) for g in got))
 
 
-def run(path: str, engine: str, i: int) -> dict:
+def run(path: str, engine: str, i: int, baseline: str | None = None) -> dict:
+    import os
+
     here = str(__import__("pathlib").Path(__file__).resolve().parent)
-    out = subprocess.run([sys.executable, "-c", CHILD, path, engine, str(i), here], capture_output=True, text=True)
+    env = dict(os.environ)
+    if engine == "baseline":  # the local merge with another checkout's trimerge, first on the path
+        env["PYTHONPATH"] = str(baseline) + os.pathsep + env.get("PYTHONPATH", "")
+    # cwd: the benchmarks folder, so that the checkout the benchmark runs from is not on the path first
+    out = subprocess.run([sys.executable, "-c", CHILD, path, "local" if engine == "baseline" else engine,
+                          f"b{i}" if engine == "baseline" else str(i), here], capture_output=True, text=True, env=env,
+                         cwd=here)
     if out.returncode:
         sys.exit(f"{engine} failed:\n{out.stderr[-3000:]}")
     line = next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))
@@ -129,8 +147,9 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="the source changes every row")
     ap.add_argument("--shares", default="0.001,0.01,0.1,0.5,1", help="shares of the rows the source changes")
     ap.add_argument("--repeat", type=int, default=3, help="runs per engine, alternating; the best is kept")
+    ap.add_argument("--baseline", help="a checkout whose trimerge runs the local merge too (engine 'baseline')")
     args = ap.parse_args()
-    engines = args.engines.split(",")
+    engines = args.engines.split(",") + (["baseline"] if args.baseline else [])
     rows = []
     cases = [(n, float(sh)) for n in (args.rows or [4_000_000]) for sh in
              (["1"] if args.full else args.shares.split(","))]
@@ -142,7 +161,7 @@ def main() -> int:
         best: dict[str, dict] = {}
         for i in range(args.repeat):
             for engine in engines:
-                r = run(path, engine, i)
+                r = run(path, engine, i, args.baseline)
                 print(f"  run {i} {engine}: {r}", flush=True)
                 if engine not in best or r["seconds"] < best[engine]["seconds"]:
                     best[engine] = {**r, "peak_rss_mb": max(r["peak_rss_mb"], best.get(engine, r)["peak_rss_mb"])}

@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: A fragment's data files: (resolved path, field ids it holds; -2 marks a masked field).
 Files = tuple[tuple[str, tuple[int, ...]], ...]
@@ -82,9 +84,13 @@ def compare_pair(before: Any, after: Any, pair: ColumnPair, key: Sequence[str], 
                  added: Sequence[str]) -> pa.Table:
     """The diff rows of one pair from narrow reads (``before``/``after``: the snapshots): the
     classification of :func:`trimerge.diff.rules.classify` restricted to the pair's columns —
-    exact kinds and changed columns, images holding only those columns."""
+    exact kinds and changed columns, images holding only those columns.
+
+    Both reads are the same physical rows in the same order, less the rows deleted on one side
+    only: rows with the same stable row id are compared by position (no key join), and only the
+    rows present on one side (or, never expected, a pair whose key differs) are joined by key."""
     from trimerge.diff.reads import ROWID
-    from trimerge.diff.rules import classify
+    from trimerge.diff.rules import classify, classify_aligned
 
     read_common = [c for c in common if c in pair.columns]
     read_added = [c for c in added if c in pair.columns]
@@ -93,7 +99,45 @@ def compare_pair(before: Any, after: Any, pair: ColumnPair, key: Sequence[str], 
         t = snap.ds.scanner(columns=list(key) + cols, with_row_id=True, fragments=[frag]).to_table()
         schema = pa.schema([snap.ds.schema.field(c) for c in list(key) + cols] + [pa.field(ROWID, pa.uint64())])
         sides.append(t.select(schema.names).cast(schema))
-    return classify(sides[0], sides[1], key, read_common, read_added, read_common, read_common + read_added)
+    b, a = sides
+    names = (key, read_common, read_added, read_common, read_common + read_added)
+    at_b, at_a = same_rows(b, a, list(key))
+    if len(at_b) == b.num_rows == a.num_rows:  # every row on both sides (a backfill): in place
+        return classify_aligned(b, a, *names)
+    paired = classify_aligned(b.take(pa.array(at_b)), a.take(pa.array(at_a)), *names)
+    rest = classify(_without(b, at_b), _without(a, at_a), *names)
+    return pa.concat_tables([paired.cast(rest.schema), rest])
+
+
+def same_rows(b: pa.Table, a: pa.Table, key: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (in ``b``, in ``a``) of the rows with the same stable row id and the same key, in
+    ``a``'s order: identity when both hold the same rows in the same order."""
+    from trimerge.diff.reads import ROWID
+
+    ids_b, ids_a = (t.column(ROWID).to_numpy() for t in (b, a))
+    in_place = len(ids_b) == len(ids_a) and np.array_equal(ids_b, ids_a)
+    if in_place:
+        at_b = at_a = np.arange(len(ids_a))
+    else:
+        order = np.argsort(ids_b, kind="stable")
+        found = np.minimum(np.searchsorted(ids_b[order], ids_a), max(len(ids_b) - 1, 0))
+        hit = ids_b[order][found] == ids_a if len(ids_b) else np.zeros(len(ids_a), dtype=bool)
+        at_b, at_a = order[found[hit]], np.flatnonzero(hit)
+    same = np.ones(len(at_a), dtype=bool)
+    if in_place:  # the same rows of the same key file, in the same order: the same keys
+        return at_b, at_a
+    for k in key:  # rows paired by id across deletions: checked, as it costs little
+        kb, ka = b.column(k).take(pa.array(at_b)), a.column(k).take(pa.array(at_a))
+        if kb.type != ka.type:
+            kb = kb.cast(ka.type)
+        same &= pc.fill_null(pc.equal(kb, ka), False).to_numpy(zero_copy_only=False)
+    return at_b[same], at_a[same]
+
+
+def _without(t: pa.Table, at: np.ndarray) -> pa.Table:
+    keep = np.ones(t.num_rows, dtype=bool)
+    keep[at] = False
+    return t.filter(pa.array(keep))
 
 
 def row_ids(narrow: pa.Table) -> tuple[pa.Array, pa.Array]:

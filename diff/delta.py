@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from trimerge.diff.images import BeforeImages
 from trimerge.diff.planner import Snapshot, set_minus
-from trimerge.diff.reads import ROWID, SCAN_OPTIONS, conform_batches, schema_with_row_ids, take_all
+from trimerge.diff.reads import (LANCE_BATCH_ROWS, ROWID, SCAN_BATCH_ROWS, SCAN_OPTIONS, conform_batches,
+                                 schema_with_row_ids, take_all)
 from trimerge.lineage.tables.fragments import RowIdSet
 
 CREATED = "_row_created_at_version"
@@ -64,19 +65,27 @@ def changes_since(snap: Snapshot, version: int, *, keep_ids: bool = True) -> Cha
     def rows() -> Iterator[pa.Table]:
         if fragments:
             scanner = snap.ds.scanner(columns=[*snap.ds.schema.names, CREATED, UPDATED], with_row_id=True,
-                                      fragments=fragments, batch_size=1 << 17, **SCAN_OPTIONS)
+                                      fragments=fragments, batch_size=LANCE_BATCH_ROWS, **SCAN_OPTIONS)
+            pending: list[pa.RecordBatch] = []
+            size = 0
             for batch in scanner.to_batches():
                 written = batch.column(UPDATED).to_numpy() > version
                 if not written.any():
                     continue
-                batch = batch.filter(pa.array(written))
+                if not written.all():
+                    batch = batch.filter(pa.array(written))
                 old = batch.column(CREATED).to_numpy() <= version
                 seen["inserted"] += int((~old).sum())
-                t = conform_batches([batch], schema)
                 if keep_ids and old.any():
-                    ids = t.column(ROWID).filter(pa.array(old)).combine_chunks()
+                    ids = batch.column(ROWID).filter(pa.array(old))
                     updated_ids.append(ids.cast(pa.uint64()))
-                yield t
+                pending.append(batch)
+                size += batch.num_rows
+                if size >= SCAN_BATCH_ROWS:  # slices of a few Lance batches: per-slice work stays small
+                    yield conform_batches(pending, schema)
+                    pending, size = [], 0
+            if pending:
+                yield conform_batches(pending, schema)
         seen["complete"] = True
 
     def ids() -> pa.Array:

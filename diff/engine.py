@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trimerge.diff import aligned
+from trimerge.diff.aligned import with_classified
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.counting import DiffCounts, count_changes, count_rows, sum_counts
 from trimerge.diff.delta import read_deltas
@@ -53,7 +54,7 @@ from trimerge.diff.spill import CandidateBuffer, ChangedRows, ordered_map
 from trimerge.diff.spill import memory_budget as memory_budget_bytes
 from trimerge.diff.where import restrict_where
 from trimerge.lineage.commit import TableVersion
-from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
+from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError, resource_exhausted
 
 log = logging.getLogger("trimerge.diff")
 #: The plan to fall back to when a plan's metadata promised rows the data does not hold.
@@ -110,6 +111,8 @@ class TableDiff:
         #: Of a diff made by :meth:`only_keys`: True when the whole diff is known to have rows.
         self.whole_changed: bool | None = None
         self._index_changes: list[dict[str, Any]] | None = None
+        self._pairs = ""  # how the read under way takes a delta plan's row-id pairs (see _collected)
+        self._paired: DiffCounts | None = None
         if before.tv is None and after.tv is None:
             raise TableNotFoundError(f"no table {name!r} on either side")
         if before.tv is None:
@@ -447,13 +450,28 @@ class TableDiff:
         try:
             self._read_deltas(common, out)
         except (OSError, ValueError) as exc:  # e.g. a version the delta starts from was cleaned up
-            raise PlanAssumptionError(f"Lance cannot read the delta since version {common}: {exc}") from exc
+            pool = " (Lance's memory pool ran out: see LANCE_MEM_POOL_SIZE)" if resource_exhausted(exc) else ""
+            raise PlanAssumptionError(f"Lance cannot read the delta since version {common}{pool}: {exc}") from exc
 
     def _read_deltas(self, common: int, out: CandidateBuffer) -> None:
-        images = BeforeImages(self.primary_key, self._side_schemas()[0], key_only_deletes=self.key_only_deletes,
-                              only_keys=self.within_keys)
-        read_deltas(self.before_snapshot, self.after_snapshot, common, out.add, images)
-        self.whole_changed = images.whole_changed
+        b, a = self.before_snapshot, self.after_snapshot
+
+        def images() -> BeforeImages:
+            return BeforeImages(self.primary_key, self._side_schemas()[0], key_only_deletes=self.key_only_deletes,
+                                only_keys=self.within_keys)
+
+        seen = images()
+        in_place = bool(self._pairs) and self.within_keys is None and aligned.applies(b, common)
+        if in_place and self._pairs == "count":
+            self._paired = aligned.count_aligned(b, a, common, *self.compared_columns(), out)
+            done = self._paired is not None
+        else:
+            done = in_place and aligned.classify_aligned(b, a, common, *self.compared_columns(), out, seen)
+        if not done:
+            out.clear()  # streams that did not line up leave a part: the usual read, from the start
+            seen = images()
+            read_deltas(b, a, common, out.add, seen)
+        self.whole_changed = seen.whole_changed
         self.plan = DiffPlan("delta", rows_planned=sum(out.rows))
 
     def _fragment_candidates(self, plan: CandidatePlan, out: CandidateBuffer, narrow: list[pa.Table] | None = None) -> None:
@@ -481,8 +499,9 @@ class TableDiff:
                 # Only a row on both sides of the pair is known to hold a key found nowhere else;
                 # a row on one side (deleted there) may have moved: it joins the other candidates.
                 updated = pc.equal(rows.column("change"), "update")
-                narrow.append(rows.filter(updated))
-                rows = rows.filter(pc.invert(updated))
+                every = pc.all(updated).as_py() is not False  # a backfill: every row, no copy
+                narrow.append(rows if every else rows.filter(updated))
+                rows = rows.slice(0, 0) if every else rows.filter(pc.invert(updated))
             pb, pa_ = column_pairs.row_ids(rows)
             ids_b.append(pb)
             ids_a.append(pa_)
@@ -525,14 +544,18 @@ class TableDiff:
                 self._fallback_from = tried
 
     @contextmanager
-    def _collected(self, narrow: list[pa.Table] | None = None) -> Iterator[tuple[CandidateBuffer, tuple, Any]]:
-        """The plan's candidates in a buffer, with both sides' schemas and the classification of
-        one (before, after) pair of them."""
+    def _collected(self, narrow: list[pa.Table] | None = None,
+                   pairs: str = "") -> Iterator[tuple[CandidateBuffer, tuple, Any]]:
+        """The plan's candidates in a buffer, with both sides' schemas and the classification of one
+        (before, after) pair of them. ``pairs``: a delta plan's rows paired by stable row id are
+        compared in place (:mod:`trimerge.diff.aligned`) — ``"classify"``: into the buffer as rows
+        classified already; ``"count"``: into :attr:`_paired`'s counts."""
         key, common, added = self.compared_columns()
         schemas = self._side_schemas()
         key_schema = pl.from_arrow(schemas[1].empty_table().select(key)).schema
         buffer = CandidateBuffer(key, key_schema, self._memory_budget)
         try:
+            self._pairs = pairs
             self._collect(buffer, narrow)
             columns = [[c for c in s.names if c not in key and c != ROWID] for s in schemas]
 
@@ -546,18 +569,19 @@ class TableDiff:
             self.plan.fallback_from = self._fallback_from
 
     def _classify_candidates(self, narrow: list[pa.Table] | None = None) -> ChangedRows:
-        with self._collected(narrow) as (buffer, schemas, run):
+        key = list(self.primary_key)
+        with self._collected(narrow, pairs="classify") as (buffer, schemas, run):
             if not buffer.spilled:
-                return ChangedRows.in_memory(run(buffer.tables(schemas)))
+                return ChangedRows.in_memory(with_classified(run(buffer.tables(schemas)), buffer.classified(), key))
             tallies: list[DiffCounts] = []
 
-            def run_and_count(pair: tuple[pa.Table, pa.Table]) -> pa.Table:
-                rows = run(pair)
+            def run_and_count(bucket: tuple[pa.Table, pa.Table, list[pa.Table]]) -> pa.Table:
+                rows = with_classified(run(bucket[:2]), bucket[2], key)
                 tallies.append(count_rows(rows.to_batches()))  # counted while in hand, not in a second pass
                 return rows
 
-            changed = ChangedRows.from_buckets(ordered_map(run_and_count, buffer.bucket_tables(schemas)), self,
-                                               buffer.key_types)
+            changed = ChangedRows.from_buckets(ordered_map(run_and_count, buffer.buckets_with_classified(schemas)),
+                                               self, buffer.key_types)
             if narrow is None:
                 self._tally = sum_counts(tallies)
             return changed
@@ -565,29 +589,11 @@ class TableDiff:
     def _count_candidates(self) -> DiffCounts:
         key, common, added = self.compared_columns()
 
-        def count_keyed(buffer: CandidateBuffer, schemas: tuple) -> DiffCounts:
-            def count(pair: tuple[pa.Table, pa.Table]) -> DiffCounts:
-                return count_changes(pair[0], pair[1], key, common, added)
+        def count(pair: tuple[pa.Table, pa.Table]) -> DiffCounts:
+            return count_changes(pair[0], pair[1], key, common, added)
 
-            if not buffer.spilled:
-                return count(buffer.tables(schemas))
-            return sum_counts(ordered_map(count, buffer.bucket_tables(schemas)))
-
-        plan = self.candidate_plan
-        if plan.method == "delta" and aligned.applies(self.before_snapshot, plan.common_version):
-            schemas = self._side_schemas()
-            buffer = CandidateBuffer(key, pl.from_arrow(schemas[1].empty_table().select(key)).schema,
-                                     self._memory_budget)
-            try:
-                paired = aligned.count_aligned(self.before_snapshot, self.after_snapshot, plan.common_version,
-                                               key, common, added, buffer)
-                if paired is not None:
-                    self.plan = DiffPlan("delta", rows_planned=sum(buffer.rows), fallback_from=self._fallback_from)
-                    return sum_counts([paired, count_keyed(buffer, schemas)])
-            except (OSError, ValueError) as exc:  # e.g. a version the delta starts from was cleaned up
-                raise PlanAssumptionError(f"Lance cannot read the delta since version {plan.common_version}: "
-                                          f"{exc}") from exc
-            finally:
-                buffer.close()
-        with self._collected() as (buffer, schemas, _run):
-            return count_keyed(buffer, schemas)
+        self._paired = None
+        with self._collected(pairs="count") as (buffer, schemas, _run):
+            keyed = count(buffer.tables(schemas)) if not buffer.spilled else \
+                sum_counts(ordered_map(count, buffer.bucket_tables(schemas)))
+            return sum_counts([keyed, *([self._paired] if self._paired is not None else [])])

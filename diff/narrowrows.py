@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from trimerge.diff import columns as column_pairs
 from trimerge.diff.reads import ROWID, take_all
 from trimerge.diff.rules import AFTER_ROWID, BEFORE_ROWID, project_rows
-from trimerge.diff.spill import ChangedRows, ordered_map
+from trimerge.diff.spill import ChangedRows
 from trimerge.lineage.tables import arrowtypes
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def rows_of_changed_columns(td: "TableDiff") -> pa.Table:
     projected = [project_rows(p, names) for p in parts]
     out = pa.concat_tables(projected + [target.empty_table()], promote_options="permissive")
     out = out.select(target.names).cast(target)
-    return out.sort_by([(k, "ascending") for k in td.primary_key]) if out.num_rows else out
+    return sorted_by_key(out, list(td.primary_key)) if out.num_rows else out  # column pairs: in row order
 
 
 def rows_through_pairs(td: "TableDiff") -> ChangedRows | None:
@@ -86,36 +86,61 @@ def rows_through_pairs(td: "TableDiff") -> ChangedRows | None:
 
 
 def completed(td: "TableDiff", narrow: pa.Table, target: pa.Schema) -> pa.Table:
-    """The update rows ``narrow`` (one column pair's, in key order) with both sides' full images
-    in ``target``'s schema: images read by row id and set beside them by position."""
+    """The update rows ``narrow`` (one column pair's) with both sides' full images in ``target``'s
+    schema. Only the after side is read (by row id, set beside the rows by position): a column the
+    pair did not read is held by the same files on both sides, so its before value is its after
+    value, and the columns it read carry their before values in ``narrow`` already."""
     ids = column_pairs.row_ids(narrow)
-
-    def read(request: tuple) -> list[pa.Table]:
-        return [t for _, t in take_all([request])]
-
-    # Both sides side by side (Lance lets go of the GIL): ~10% off a backfill's two scans.
-    images = list(ordered_map(read, [(td.before_snapshot, ids[0]), (td.after_snapshot, ids[1])], workers=2))
     key = list(td.primary_key)
-    structs = []
-    for side, name, wanted in ((0, "before", ids[0]), (1, "after", ids[1])):
-        if not images[side]:
-            return td.complete(narrow).cast(target)  # the keyed way: values decide
-        rows = pa.concat_tables(images[side])
-        at = positions(rows.column(ROWID), wanted)
-        struct_type = target.field(name).type
-        if at is None or not _same_types(rows.schema, struct_type) or len(wanted) != narrow.num_rows:
+    images = [t for _, t in take_all([(td.after_snapshot, ids[1])])]
+    before_type, after_type = target.field("before").type, target.field("after").type
+    if not images or len(ids[1]) != narrow.num_rows or not pa.types.is_struct(before_type):
+        return td.complete(narrow).cast(target)  # the keyed way: values decide
+    rows = pa.concat_tables(images)
+    at = positions(rows.column(ROWID), ids[1])
+    if at is None or not _same_types(rows.schema, after_type):
+        return td.complete(narrow).cast(target)
+    if not np.array_equal(at, np.arange(rows.num_rows)):
+        rows = rows.take(pa.array(at))
+    if not all(rows.column(k).equals(narrow.column(k)) for k in key if rows.schema.field(k).type ==
+               narrow.schema.field(k).type):
+        return td.complete(narrow).cast(target)
+    read_before = narrow.column("before")
+    read_type = read_before.type if pa.types.is_struct(read_before.type) else pa.struct([])
+    before_fields = []
+    for f in before_type:
+        if read_type.get_field_index(f.name) >= 0:
+            column = pc.struct_field(read_before, [read_type.get_field_index(f.name)])
+        elif f.name in rows.column_names:
+            column = rows.column(f.name)  # not read by the pair: the same files on both sides
+        else:  # a column only the before side has: read it the keyed way
             return td.complete(narrow).cast(target)
-        if not np.array_equal(at, np.arange(rows.num_rows)):
-            rows = rows.take(pa.array(at))
-        if not all(rows.column(k).equals(narrow.column(k)) for k in key if rows.schema.field(k).type ==
-                   narrow.schema.field(k).type):
+        if column.type != f.type:
             return td.complete(narrow).cast(target)
-        structs.append(pa.chunked_array([pa.StructArray.from_arrays([b.column(f.name) for f in struct_type],
-                                                                    fields=list(struct_type))
-                                         for b in rows.to_batches()], struct_type))
+        before_fields.append(column)
+    lengths = [b.num_rows for b in rows.to_batches()]
+    structs = [_struct([rows.column(f.name) for f in after_type], after_type, lengths),
+               _struct(before_fields, before_type, lengths)]
     columns = {f.name: narrow.column(f.name).cast(f.type) for f in target if f.name not in ("before", "after")}
-    columns.update(before=structs[0], after=structs[1])
+    columns.update(after=structs[0], before=structs[1])
     return pa.Table.from_arrays([columns[f.name] for f in target], schema=target)
+
+
+def _struct(columns: list[pa.ChunkedArray], struct_type: pa.DataType, lengths: list[int]) -> pa.ChunkedArray:
+    """A struct column (no nulls) of ``columns`` — one per field of ``struct_type`` — in chunks of
+    ``lengths`` rows: the image's own chunks stay where they are (no copy); a column chunked
+    otherwise (the pair's narrow read) is cut to match."""
+    aligned = []
+    for c in columns:
+        if [len(chunk) for chunk in c.chunks] == lengths:
+            aligned.append(c.chunks)
+            continue
+        whole = c.combine_chunks()
+        starts = np.cumsum([0, *lengths[:-1]])
+        aligned.append([whole.slice(int(start), n) for start, n in zip(starts, lengths)])
+    chunks = [pa.StructArray.from_arrays([parts[i] for parts in aligned], fields=list(struct_type))
+              for i in range(len(lengths))]
+    return pa.chunked_array(chunks, struct_type)
 
 
 def positions(have: pa.ChunkedArray, wanted: pa.Array) -> np.ndarray | None:
@@ -147,6 +172,8 @@ def sorted_by_key(table: pa.Table, key: list[str]) -> pa.Table:
     """``table`` in key order as the classification sorts (polars: nulls first); untouched when it
     is in that order already (the costly part, moving whole images, is then skipped)."""
     frame = arrowtypes.to_polars(table.select(key))
+    if len(key) == 1 and frame[key[0]].null_count() == 0 and frame[key[0]].is_sorted():
+        return table  # one pass, not a sort: a backfill's rows come in key order
     order = frame.select(pl.arg_sort_by(key).alias("at"))["at"].to_numpy()
     if np.array_equal(order, np.arange(len(order))):
         return table

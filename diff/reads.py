@@ -37,12 +37,15 @@ def conform_batches(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.
     return pa.Table.from_batches(batches).select(schema.names).cast(schema)
 
 
-SCAN_BATCH_ROWS = 131072
+SCAN_BATCH_ROWS = 65536
+#: Rows of each batch Lance decodes for a diff's scans (gathered into slices of ``SCAN_BATCH_ROWS``).
+LANCE_BATCH_ROWS = 16384
 #: How far Lance may read ahead of a diff's scan. Its defaults (gigabytes of I/O buffer, many
 #: decoded batches, several fragments at once) made each of a merge's two concurrent scans of a
-#: 20M-row table hold ~300 MB; with these a scan holds ~150 MB and runs as fast or faster (0.7 s
-#: against 1.1 s for 20M rows on 2 cores: fewer decode tasks compete for them).
-SCAN_OPTIONS: dict[str, Any] = {"io_buffer_size": 32 << 20, "batch_readahead": 2, "fragment_readahead": 2}
+#: 20M-row table hold ~300 MB. With one batch and one fragment ahead, 16 MiB of I/O buffer and
+#: small batches, the two concurrent scans of a merge's count (a changed 4M-row table and its
+#: base) hold ~100 MB instead of ~195 MB (32 MiB, two ahead, 128k-row batches), as fast.
+SCAN_OPTIONS: dict[str, Any] = {"io_buffer_size": 16 << 20, "batch_readahead": 1, "fragment_readahead": 1}
 
 
 def scan(snap: Snapshot, columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[pa.Table]:
@@ -53,7 +56,7 @@ def scan(snap: Snapshot, columns: Sequence[str] | None = None, **kwargs: Any) ->
     schema = schema_with_row_ids(snap.ds.schema, names)
     pending: list[pa.RecordBatch] = []
     size = 0
-    for batch in snap.ds.scanner(columns=names, with_row_id=True, batch_size=16384, **SCAN_OPTIONS,
+    for batch in snap.ds.scanner(columns=names, with_row_id=True, batch_size=LANCE_BATCH_ROWS, **SCAN_OPTIONS,
                                  **kwargs).to_batches():
         pending.append(batch)
         size += batch.num_rows

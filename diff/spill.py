@@ -62,20 +62,25 @@ def spill_directory() -> str:
 
 
 class CandidateBuffer:
-    """Candidate rows of both sides (0 = before, 1 = after): kept in memory until their size
-    exceeds ``budget`` bytes, then partitioned by key hash into ``buckets`` Arrow files per side."""
+    """Candidate rows of both sides (0 = before, 1 = after) — and rows classified already (2: a
+    delta diff's pairs compared by stable row id, :mod:`trimerge.diff.aligned`) — kept in memory
+    until their size exceeds ``budget`` bytes, then partitioned by key hash into ``buckets`` Arrow
+    files per side: a bucket holds every row of its keys, candidates and classified alike."""
+
+    SIDES = 3
+    CLASSIFIED = 2
 
     def __init__(self, key: Sequence[str], key_types: pl.Schema, budget: int, buckets: int = SPILL_BUCKETS):
         self.key = list(key)
         self.key_types = key_types
         self.budget = budget
         self.buckets = buckets
-        self.parts: tuple[list[pa.Table], list[pa.Table]] = ([], [])
-        self.schemas: list[pa.Schema | None] = [None, None]
-        self.rows = [0, 0]
+        self.parts: tuple[list[pa.Table], ...] = tuple([] for _ in range(self.SIDES))
+        self.schemas: list[pa.Schema | None] = [None] * self.SIDES
+        self.rows = [0] * self.SIDES
         self._bytes = 0
-        self._pending: tuple[list[pa.Table], list[pa.Table]] = ([], [])
-        self._pending_rows = [0, 0]
+        self._pending: tuple[list[pa.Table], ...] = tuple([] for _ in range(self.SIDES))
+        self._pending_rows = [0] * self.SIDES
         self.directory: str | None = None
         self._writers: dict[tuple[int, int], pa.ipc.RecordBatchFileWriter] = {}
         self._partitioner: Any = None
@@ -98,10 +103,10 @@ class CandidateBuffer:
         self._bytes += table.nbytes
         if self._bytes * CLASSIFY_FACTOR > self.budget:
             self.directory = spill_directory()
-            for s in (0, 1):
+            for s in range(self.SIDES):
                 for t in self.parts[s]:
                     self._queue(s, t)
-            self.parts = ([], [])
+            self.parts = tuple([] for _ in range(self.SIDES))
 
     def _queue(self, side: int, table: pa.Table) -> None:
         self._pending[side].append(table)
@@ -138,11 +143,22 @@ class CandidateBuffer:
             pa.concat_tables(self.parts[s], promote_options="permissive") if self.parts[s] else empty[s].empty_table()
             for s in (0, 1))
 
+    def classified(self) -> list[pa.Table]:
+        """In-memory rows classified already (only when nothing was spilled)."""
+        assert not self.spilled
+        return list(self.parts[self.CLASSIFIED])
+
     def bucket_tables(self, empty: tuple[pa.Schema, pa.Schema]) -> Iterator[tuple[pa.Table, pa.Table]]:
         """(before, after) candidates of each bucket in turn (after spilling)."""
+        for before, after, _ in self.buckets_with_classified(empty):
+            yield before, after
+
+    def buckets_with_classified(self, empty: tuple[pa.Schema, pa.Schema]) -> Iterator[tuple[pa.Table, pa.Table,
+                                                                                             list[pa.Table]]]:
+        """(before, after, rows classified already) of each bucket in turn (after spilling)."""
         assert self.directory is not None
-        self._flush(0)
-        self._flush(1)
+        for side in range(self.SIDES):
+            self._flush(side)
         self._wait()
         for w in self._writers.values():
             w.close()
@@ -156,7 +172,22 @@ class CandidateBuffer:
                         out.append(pa.ipc.open_file(source).read_all())
                 else:
                     out.append((self.schemas[side] or empty[side]).empty_table())
-            yield out[0], out[1]
+            path = self._path(self.CLASSIFIED, bucket)
+            done = []
+            if os.path.exists(path):
+                with pa.OSFile(path) as source:
+                    done.append(pa.ipc.open_file(source).read_all())
+            yield out[0], out[1], done
+
+    def clear(self) -> None:
+        """Forget every row added (a reader that must start again with another plan)."""
+        self.close()
+        self.parts = tuple([] for _ in range(self.SIDES))
+        self.schemas = [None] * self.SIDES
+        self.rows = [0] * self.SIDES
+        self._bytes = 0
+        self._pending = tuple([] for _ in range(self.SIDES))
+        self._pending_rows = [0] * self.SIDES
 
     def close(self) -> None:
         if self._partitioner is not None:
@@ -174,7 +205,7 @@ class CandidateBuffer:
             self.directory = None
 
     def _path(self, side: int, bucket: int) -> str:
-        return os.path.join(self.directory or "", f"{'ba'[side]}-{bucket:04d}.arrow")
+        return os.path.join(self.directory or "", f"{'bac'[side]}-{bucket:04d}.arrow")
 
     def _partition(self, side: int, table: pa.Table) -> None:
         schema = self.schemas[side] or table.schema

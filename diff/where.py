@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from trimerge.diff.spill import ChangedRows
 from trimerge.lineage.errors import InvalidOperationError, lance_message
+from trimerge.lineage.safety.boundary import machine_failure
 from trimerge.lineage.tables.filters import check_filter, plan_filter
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ def image_matches(rows: pa.Table, side: str, where: str, key: Sequence[str]) -> 
         ds = lance.write_dataset(pa.table(columns), f"memory://trimerge-where-{next(_names)}")
         mask[ds.to_table(columns=[row], filter=f"({where}\n)").column(row).to_numpy()] = True
     except (OSError, ValueError, RuntimeError) as exc:
+        limit = machine_failure(exc)  # Lance's memory pool or the disk, not the filter
+        if limit is not None:
+            raise limit from exc
         raise InvalidOperationError(f"where: cannot apply {where[:200]!r} to the {side} images: "
                                     f"{lance_message(exc)[:300]}") from None
     return pa.array(mask)

@@ -20,7 +20,7 @@ from trimerge.lineage.tables import indices
 from trimerge.lineage.tables import keyed
 from trimerge.lineage.tables import maintenance
 from trimerge.lineage.tables import conversion as tbl
-from trimerge.lineage.safety.boundary import guard_class
+from trimerge.lineage.safety.boundary import guard_class, machine_failure
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import (
     AlreadyExistsError,
@@ -374,6 +374,9 @@ class Transaction(FragmentWrites, UpkeepWrites):
         try:
             ds.delete(where)
         except (OSError, ValueError) as exc:
+            limit = machine_failure(exc)  # Lance's memory pool or the disk, not the predicate
+            if limit is not None:
+                raise limit from exc
             raise InvalidOperationError(f"delete from {name}: bad predicate {where!r}: {str(exc).splitlines()[0]}") from None
         self._ops.append(f"delete {name}")
         self._written(name, ds.version, ds)

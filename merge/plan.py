@@ -30,6 +30,7 @@ from trimerge.lineage.repository import Repository
 from trimerge.merge import sourceside
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan
+from trimerge.merge.publish import release_memory
 from trimerge.merge.indices import definitions, merge_definitions
 from trimerge.merge.resolve import BASE, OURS, THEIRS, Resolver
 from trimerge.merge.result import Conflict
@@ -328,6 +329,7 @@ class ThreeWay:
         else:
             plan.by_columns = True
             plan.dest_rows = self.repo.open_table_version(o).count_rows()
+            release_memory()  # what reading both diffs left in the heaps: before the fold and the commit
             self.fold_buckets(plan, self.narrowed_rows(plan, ours, d_t, o.primary_key, schema.schema),
                               o.primary_key, schema.schema)
         plan.stats.action = "merged"
@@ -371,8 +373,14 @@ class ThreeWay:
         full = [rest.table]
         for table in narrow:
             rows = arrowtypes.to_polars(table)
-            direct = rows.filter(pl.col("change") == "update").join(keys_o, on=list(key), how="anti", nulls_equal=True)
-            others = rows.join(direct.select(list(key)), on=list(key), how="anti", nulls_equal=True)
+            # Updates of keys dest did not change: a mask from a join against dest's keys (few),
+            # not a join of the pair's rows (a backfill's: every row) against themselves.
+            dest_keys = rows.select(key).with_row_index("\x01at").join(keys_o, on=list(key), how="semi",
+                                                                         nulls_equal=True)["\x01at"]
+            mask = (rows["change"] == "update").to_numpy(writable=True)
+            mask[dest_keys.to_numpy()] = False
+            direct = rows.filter(pl.Series(mask)) if not mask.all() else rows
+            others = rows.filter(pl.Series(~mask)) if mask.any() else rows
             if direct.height and not take_source_columns(plan, direct, list(key), merged):
                 others = rows
             if others.height:
@@ -420,7 +428,7 @@ def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
     all at once when both diffs fit in memory, else per key-hash bucket from disk — the merge's
     memory then follows one bucket, not the change."""
     if not (ours.spilled or theirs.spilled):
-        yield ours.rows_with_row_ids(), theirs.rows_with_row_ids()
+        yield from in_slices(ours.rows_with_row_ids(), theirs.rows_with_row_ids())
         return
     key_types = pl.from_arrow(merged.empty_table().select(list(key))).schema
     sides = [_buckets(d, key, key_types) for d in (ours, theirs)]
@@ -441,6 +449,22 @@ def paired_rows(ours: TableDiff, theirs: TableDiff, key: Sequence[str],
     finally:
         buckets.close()
 
+
+
+#: The source's changed rows are folded this many at a time against dest's (when dest's are at
+#: most as many): what the fold holds at once is a slice of the change, not the change.
+FOLD_ROWS = 1 << 17
+
+
+def in_slices(ours: pa.Table, theirs: pa.Table) -> Iterator[tuple[pa.Table, pa.Table]]:
+    """(``ours``, a slice of ``theirs``) pairs that together hold every row of ``theirs`` once. A
+    slice is a complete pair: the fold reads dest's rows only for the keys the source changed, and
+    each such key is in one slice (keys are unique in a diff)."""
+    if ours.num_rows > FOLD_ROWS or theirs.num_rows <= FOLD_ROWS:
+        yield ours, theirs  # a large dest change is converted and joined once
+        return
+    for start in range(0, theirs.num_rows, FOLD_ROWS):
+        yield ours, theirs.slice(start, FOLD_ROWS)
 
 
 #: Dest's diff is read only for the keys the source changed when the source changed at most this

@@ -11,10 +11,20 @@ import pyarrow as pa
 from trimerge.lineage.commit import Commit
 from trimerge.lineage.errors import ConcurrentWriteError
 from trimerge.lineage.repository import Repository
+from trimerge.lineage.storage.memory import release_freed_memory
 from trimerge.merge.edits import TablePlan, conform_rows
 from trimerge.merge.indices import definitions, index_edits, reconcile
 
 UPSERT_ROWS = 1 << 20  # rows per key-joined write when row ids cannot be used
+
+
+def release_memory() -> None:
+    """Hand back to the system what a merge's phases freed: the C heap Lance reads into and
+    pyarrow's own pool (mimalloc keeps freed pages for reuse), so the next phase's peak does not
+    sit on top of the last one's (a 400k-row merge of a 1M-row table: ~550 MB peak without,
+    ~480 MB with)."""
+    release_freed_memory()
+    pa.default_memory_pool().release_unused()
 
 
 def apply_plans(repo: Repository, tx: Any, plans: Mapping[str, TablePlan]) -> None:
@@ -130,6 +140,7 @@ def publish(repo: Repository, plans: Mapping[str, TablePlan], dest: str, dest_ti
             raise ConcurrentWriteError(f"branch {dest!r} moved while merging; refresh and retry")
         for commit_id in refers:
             tx.refer(commit_id)
+        release_memory()  # what the diffs and the fold freed, before Lance's writes take theirs
         apply_plans(repo, tx, plans)
         for p in extra_parents:
             tx.add_parent(p)

@@ -117,7 +117,7 @@ COLUMN_SHARE = 1 / 8
 def columns_pay(plan: TablePlan, updates: pl.DataFrame) -> bool:
     """Whether writing the changed columns of ``updates`` over dest's table writes at most
     :data:`COLUMN_SHARE` of what rewriting those rows whole does (sizes from the images)."""
-    changed = set(updates["changed_columns"].explode().drop_nulls().to_list())
+    changed = set(updates["changed_columns"].explode().drop_nulls().unique().to_list())
     after = updates.select(pl.col("after").struct.unnest())
     row_bytes = after.estimated_size() / max(1, updates.height)
     column_bytes = after.select([c for c in after.columns if c in changed]).estimated_size() / max(1, updates.height)
@@ -130,7 +130,7 @@ def take_source_columns(plan: TablePlan, updates: pl.DataFrame, key: list[str], 
     columns (their ``after`` images need hold only those). False, and nothing added, when some
     changed column is not in the images or does not cast to the merged type (a type conflict dest
     keeps): those rows need whole-row writes with dest's values as the fallback."""
-    changed = set(updates["changed_columns"].explode().drop_nulls().to_list())
+    changed = set(updates["changed_columns"].explode().drop_nulls().unique().to_list())
     after = struct_fields(updates, "after")
     columns = [f for f in merged if f.name in changed]
     if not columns or any(f.name not in after for f in columns):

@@ -39,10 +39,10 @@ from trimerge.diff.reads import SCAN_OPTIONS
 from trimerge.diff.rules import classify as classify_diff
 from trimerge.lineage.tables import arrowtypes
 from trimerge.lineage.errors import InvalidOperationError
-from trimerge.lineage.storage.memory import release_freed_memory
 from trimerge.lineage.tables.conversion import rows_with_keys
 from trimerge.merge.classify import classify
 from trimerge.merge.edits import TablePlan, conform_rows
+from trimerge.merge.publish import release_memory
 from trimerge.merge.resolve import Resolver
 from trimerge.merge.result import Conflict
 from trimerge.merge.rows import fold
@@ -114,7 +114,7 @@ def likely(ours: TableDiff, theirs: TableDiff) -> bool:
 def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: Sequence[str], merged: pa.Schema,
                       granularity: str, resolver: Resolver, report: Callable[[Conflict], None]) -> None:
     """Fill ``plan`` so that its publish makes dest's table the source's table plus dest's changes."""
-    release_freed_memory()  # what counting the source's diff read: before the fold and the commit
+    release_memory()  # what counting the source's diff read: before the fold and the commit
     key = list(key)
     ours_rows = ours.rows_with_row_ids()
     keys_o = ours_rows.select(key)
@@ -146,7 +146,7 @@ def merge_onto_source(plan: TablePlan, ours: TableDiff, theirs: TableDiff, key: 
     plan.stats.rows_from_source += theirs.counts.rows_changed - theirs_rows.num_rows  # keys only the source changed
     if own is not None and own.num_rows:
         plan.upserts.append(conform_rows(own, merged))
-    release_freed_memory()  # what the key scans read: before Lance commits the source's manifest
+    release_memory()  # what the key scans read: before Lance commits the source's manifest
 
 
 def _restricted(theirs: TableDiff, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:

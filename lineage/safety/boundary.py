@@ -107,6 +107,12 @@ def translate(exc: BaseException) -> TrimergeError | None:
         # A table file went away under a read: gc reclaimed what a deleted branch left behind.
         return ConcurrentWriteError(f"a file of the repository was removed while it was being read "
                                     f"({vanished.group(1)}): gc ran beside this read; retry")
+    return machine_failure(exc)
+
+
+def machine_failure(exc: BaseException) -> TrimergeError | None:
+    """``exc`` as the machine's or Lance's own limit it is (a memory pool, a full disk, too many
+    open files), or None: for a caller about to report a Lance failure as a problem of the input."""
     return resource_exhausted(exc) or environment_failure(exc)
 
 

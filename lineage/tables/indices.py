@@ -231,8 +231,11 @@ def build(ds: "lance.LanceDataset", spec: IndexSpec, progress: Progress | None =
         else:
             ds.create_scalar_index(spec.column, cast(Any, spec.kind), name=spec.name, replace=spec.replace, **args)
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
-        from trimerge.lineage.errors import lance_message
+        from trimerge.lineage.errors import lance_message, resource_exhausted
 
+        exhausted = resource_exhausted(exc)  # Lance's memory pool, not the index's definition
+        if exhausted is not None:
+            raise exhausted from exc
         raise InvalidOperationError(f"cannot build the {spec.kind} index {spec.name!r} on {spec.column!r}: "
                                     f"{lance_message(exc)}") from None
 
