@@ -90,8 +90,8 @@ class Branch:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], version: Any = None) -> "Branch":
         log = doc.get("log")
-        return cls(doc["name"], doc["commit"], doc["id"], parse_time(doc["created_at"]), doc.get("parent"), version,
-                   log=log if isinstance(log, str) else None)
+        return cls(_text(doc, "name"), _text(doc, "commit"), _text(doc, "id"), parse_time(_text(doc, "created_at")),
+                   _text(doc, "parent", optional=True), version, log=log if isinstance(log, str) else None)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,19 @@ class Tag:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Tag":
-        return cls(doc["name"], doc["commit"], parse_time(doc["created_at"]), doc.get("actor", ""), doc.get("message", ""))
+        return cls(_text(doc, "name"), _text(doc, "commit"), parse_time(_text(doc, "created_at")),
+                   _text(doc, "actor", optional=True) or "", _text(doc, "message", optional=True) or "")
+
+
+def _text(doc: Mapping[str, Any], field_name: str, *, optional: bool = False) -> Any:
+    """``doc[field_name]`` when it is a string (or absent/None when ``optional``): a ref document
+    comes from storage a peer may have forged, so a wrong type is a malformed ref, not a crash later."""
+    value = doc.get(field_name) if optional else doc[field_name]
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{field_name} is {type(value).__name__}, not a string")
+    return value
 
 
 class RefStore:
