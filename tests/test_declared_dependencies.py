@@ -25,6 +25,7 @@ PACKAGE_FOLDERS = ["trimerge", "lineage", "diff", "merge"]
 OPTIONAL_ROOMS = {
     "trimerge/serve/": "serve",
     "trimerge/pages/": "serve",
+    "trimerge/agents/": "serve",
     "diff/spark": "spark",
     "merge/spark": "spark",
 }
