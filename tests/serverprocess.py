@@ -1,4 +1,4 @@
-"""What the test servers (:mod:`s3server`, :mod:`azserver`) share: a child process in a session of
+"""What the test servers (:mod:`s3server`, :mod:`azserver`, :mod:`gcsserver`) share: a child process in a session of
 its own with a temporary directory and a log, started with retries (a free port can be taken by
 another process between choosing it and binding it), stopped at exit even when a run is
 interrupted. A server class supplies ``_launch`` (the command, once per attempt) and
@@ -66,6 +66,11 @@ class ServerProcess:
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (benchmarks read its command line, e.g. SeaweedFS's metrics port)."""
+        return self._proc.pid if self._proc is not None else None
 
     def log_tail(self, n: int = 30) -> str:
         try:

@@ -46,8 +46,15 @@ def explain(text: str, scheme: str = "s3", timeout: str = "30s") -> str | None:
         return (f"the storage endpoint did not answer: timed out (gave up{after}, retries included; the limit per "
                 f"request is the 'timeout' storage option, default {timeout}: set it with --storage-option "
                 "timeout=60s or TRIMERGE_STORE_TIMEOUT)")
+    if scheme == "gs":
+        gcs = _explain_gcs_key(flat)
+        if gcs is not None:
+            return gcs
     if "api/token" in flat or "credential" in flat.lower() and "error" in flat.lower():
         # No keys: the client asked a credential provider (instance metadata), whatever answered.
+        if scheme == "gs":
+            return ("no credentials found: set GOOGLE_SERVICE_ACCOUNT (a key file's path) or GOOGLE_SERVICE_ACCOUNT_KEY "
+                    "(its JSON), or pass service_account / service_account_key as storage options")
         return ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the Azure/GCS "
                 "equivalents) or pass them as storage options")
     if "ConnectionRefused" in flat or "Connection refused" in flat:
@@ -64,4 +71,16 @@ def explain(text: str, scheme: str = "s3", timeout: str = "30s") -> str | None:
         return "not found (404): the endpoint has no such bucket or path (check the endpoint and the bucket name)"
     if "kind: Connect" in flat or "error sending request" in flat:
         return "the storage endpoint cannot be reached (check the endpoint, the network and AWS_ENDPOINT)"
+    return None
+
+
+def _explain_gcs_key(flat: str) -> str | None:
+    """A service-account key GCS's client could not use. The parser's own words are left out: they
+    may quote a value of the key."""
+    if "DecodeCredentials" in flat or "Unable to decode service account" in flat:
+        return ("the GCS service-account key is not a service account's JSON key: pass the key file's JSON as "
+                "service_account_key (GOOGLE_SERVICE_ACCOUNT_KEY) or its path as service_account "
+                "(GOOGLE_SERVICE_ACCOUNT)")
+    if "ReadPem" in flat or "Error reading pem" in flat:
+        return "the GCS service-account key's private_key is not a PEM private key (use the key file as downloaded)"
     return None
