@@ -146,10 +146,23 @@ def blame_methods(repo, repeat: int, read, **kw) -> dict:
     for _ in range(repeat):
         for name, fn in runs.items():
             seconds, out = best_of(fn, 1)
+            best.setdefault(f"{name} all", []).append(seconds)
             if name not in best or seconds < best[name][0]:
                 best[name] = (seconds, out)
     assert best["auto"][1].equals(best["exact"][1]), "blame methods disagree"
     return best
+
+
+def medians(timed: dict, name: str) -> str:
+    """``name``'s median over the alternating runs, the ratio of medians to reading, and the
+    ratio within each pair (load on a shared machine hits a pair alike, not a whole run)."""
+    import statistics
+
+    mine, reads = timed[f"{name} all"], timed["read all"]
+    pairs = sorted(m / r for m, r in zip(mine, reads))
+    return (f"median {statistics.median(mine):.3f} s vs {statistics.median(reads):.3f} s: "
+            f"{statistics.median(mine) / statistics.median(reads):.2f}x; per pair {pairs[0]:.2f}-{pairs[-1]:.2f}x "
+            f"(median {statistics.median(pairs):.2f}x)")
 
 
 def bench_whole(n: int, commits: int, repeat: int, share: float = 0.01) -> list[dict]:
@@ -166,6 +179,8 @@ def bench_whole(n: int, commits: int, repeat: int, share: float = 0.01) -> list[
     timed = blame_methods(repo, repeat, lambda: repo.read("t"))
     reading = timed["read"][0]
     assert timed["auto"][1].num_rows == n
+    print(f"whole-table blame, {share:.1%} x {commits}: {medians(timed, 'auto')}; exact walk {medians(timed, 'exact')}",
+          file=sys.stderr)
     return [{"what": f"whole-table row blame, {n:,} rows, {commits} commits of {share:.1%}", "seconds": timed["auto"][0],
              "ratio": timed["auto"][0] / reading},
             {"what": "  the same, exact walk (keyed lookups only)", "seconds": timed["exact"][0],

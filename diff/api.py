@@ -16,6 +16,7 @@ from trimerge.lineage.commit import Commit
 from trimerge.lineage.storage.lazyimport import lazy_module
 from trimerge.lineage.errors import InvalidOperationError, RefSyntaxError, TableNotFoundError
 from trimerge.lineage.repository import Repository
+from trimerge.lineage.tables.filtercasts import cast_literals
 from trimerge.lineage.display import diff_html, diff_repr, table_diff_html, table_diff_repr
 
 if TYPE_CHECKING:
@@ -23,9 +24,25 @@ if TYPE_CHECKING:
 else:  # what annotations name, imported on first use (typing.get_type_hints)
     pl = lazy_module("polars")
 
-# Counts in a TableDiff's repr, its first rows in a notebook (here to keep the engine about diffing).
+
+
+def flat_rows_polars(td: TableDiff, columns: str | Sequence[str] | None = "all") -> "pl.DataFrame":
+    """The changed rows of ``td`` flat, as SQL's ``diff()`` gives them: the key columns, ``change``,
+    ``changed_columns``, then ``before_<column>`` and ``after_<column>`` for each value column
+    (null where the row is absent on that side), as a polars DataFrame — what a notebook shows as
+    a table. ``columns`` as :meth:`TableDiff.rows` takes it. Also ``TableDiff.to_polars()``."""
+    import polars as pl
+
+    from trimerge.diff.sqlfunctions import flatten
+
+    return pl.from_arrow(flatten(td.rows(columns)))  # type: ignore[return-value]
+
+
+# Counts in a TableDiff's repr, its first rows in a notebook, its flat rows as a frame (here to keep
+# the engine about diffing).
 TableDiff.__repr__ = table_diff_repr  # type: ignore[method-assign]
 TableDiff._repr_html_ = table_diff_html  # type: ignore[attr-defined]
+TableDiff.to_polars = flat_rows_polars  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -65,6 +82,14 @@ class Diff:
                             ("schema_changes", pa.int64()), ("index_changes", pa.int64()), ("method", pa.string()),
                             ("columns", pa.string())])
         return pa.Table.from_pylist(rows, schema=schema)
+
+    def stat_json(self) -> list[dict[str, Any]]:
+        """:meth:`stat` as JSON, one object per table in the shape of :meth:`to_json`'s tables
+        (``columns`` ``{"sector": 5}``, ``schema_changes`` a list, ``plan`` an object) without their
+        rows: what ``diff --stat --json`` prints, a subset of ``--json diff``. Counts only, as :meth:`stat`."""
+        for td in self.tables.values():
+            td.count_first = True
+        return [td.summary() for _, td in sorted(self.tables.items())]
 
     def changed_tables(self) -> list[str]:
         """Names of the tables that differ, sorted."""
@@ -194,9 +219,12 @@ def diff(a: str, b: str | None = None, *, repo: Repository | None = None, tables
         raise InvalidOperationError(f"unknown engine {engine!r} (use local, spark or auto)")
     for name in names:
         old, new = Snapshot(repo, before.tables.get(name)), Snapshot(repo, after.tables.get(name))
-        sides = plan_where(where, name, old, new, named=wanted is not None) if where is not None else (True, True)
+        typed = None
+        if where is not None:  # `date < '2001-01-01'` typed for Lance, by this table's columns
+            typed = cast_literals((new if new.tv is not None else old).schema, where, f"where (table {name})")
+        sides = plan_where(typed, name, old, new, named=wanted is not None) if typed is not None else (True, True)
         result.tables[name] = TableDiff(name, old, new, memory_budget=memory_budget, method=plan,
-                                        verify=verify_requested(verify), where=where, where_sides=sides)
+                                        verify=verify_requested(verify), where=typed, where_sides=sides)
     result.where = where
     if engine != "local" and where is None:
         at_hand = spark_at_hand(spark)

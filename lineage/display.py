@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 __all__ = ["HTML_DIFF_ROWS", "HTML_DIFF_TABLES", "MAX_HTML_ROWS", "MAX_REPR", "change_text", "commit_repr",
            "conflict_html", "conflict_repr", "conflicts_html", "diff_html", "diff_repr", "merge_result_html",
-           "merge_result_repr", "table_diff_html", "table_diff_repr"]
+           "merge_result_repr", "merge_conflict_lines", "table_diff_html", "table_diff_repr"]
 
 #: Upper bound of every repr of this module.
 MAX_REPR = 400
@@ -155,6 +155,24 @@ def table_diff_html(td: Any) -> str:
     rows = td.head(HTML_DIFF_ROWS).to_pylist()
     return html_table([*key, "change", "cells"], ([*(r[k] for k in key), r["change"], change_text(r)] for r in rows),
                       td.counts.rows_changed, caption=caption)
+
+
+def merge_conflict_lines(error: Any, shown: int = 10) -> list[str]:
+    """What a notebook shows for a merge that raised on conflicts (``MergeConflictError``), in
+    place of a traceback: the error's line, the result's repr, the first ``shown`` conflicts with
+    their values (cut), and how to go on."""
+    r = error.result
+    lines = [f"{type(error).__name__}: {error}", "", merge_result_repr(r)]
+    for c in r.conflicts[:shown]:
+        lines.append(f"  CONFLICT {cut(c.describe(), 200)}")
+        lines += [f"      {cut(line, 200)}" for line in c.value_lines()]
+    if r.conflicts_total > min(shown, len(r.conflicts)):
+        lines.append(f"  … {r.conflicts_total - min(shown, len(r.conflicts))} more (in the error's "
+                     ".result.conflicts_polars())")
+    lines += ["", "next: settle them all with merge(..., strategy='source-wins' | 'dest-wins'), or one by one "
+                  "with resolutions= (the error's .result.conflicts_polars(); merge(..., dry_run=True) returns "
+                  "that result without raising)"]
+    return lines
 
 
 def _conflict_row(c: Any) -> list[Any]:

@@ -471,9 +471,9 @@ class Repository(TableWrites, HooksFacade):
                 raise InvalidOperationError(f"table {table!r} has no column(s) {', '.join(map(repr, unknown))} "
                                             f"(columns: {', '.join(ds.schema.names)})")
         if isinstance(filter, str):
-            from trimerge.lineage.tables.filters import check_filter, plan_filter
+            from trimerge.lineage.tables.filters import prepare_filter
 
-            plan_filter(ds, check_filter(filter), f"read {table}")
+            filter = prepare_filter(ds, filter, f"read {table}")  # `d < '2001-01-01'` typed for Lance
         try:
             return ds.to_table(columns=list(columns) if columns else None, filter=filter)
         except (OSError, ValueError) as exc:

@@ -44,6 +44,27 @@ class MergeConflictError(TrimergeError):
                          f"{', '.join(tables)}; nothing was published (pass strategy= or resolutions=, or see .result.conflicts)")
         self.result = result
 
+    # A notebook (IPython) shows the conflicts, not a traceback through the merge engine: it calls
+    # _render_traceback_ on a raised exception and _repr_pretty_/_repr_html_ on one shown as a value.
+    # str() stays one line: the CLI prints it as its error.
+    def _render_traceback_(self) -> list[str]:
+        from trimerge.lineage.display import merge_conflict_lines
+
+        return merge_conflict_lines(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from trimerge.lineage.display import merge_conflict_lines
+
+        printer.text("MergeConflictError(...)" if cycle else "\n".join(merge_conflict_lines(self)))
+
+    def _repr_html_(self) -> str:
+        """The error's line, then the result's view: per-table statistics and the first conflicts."""
+        from html import escape
+
+        from trimerge.lineage.display import merge_result_html
+
+        return f"<p><b>{type(self).__name__}</b>: {escape(str(self))}</p>" + merge_result_html(self.result)
+
 
 class MergeCheckError(TrimergeError):
     """A data check that gates the destination failed on the merge's result; nothing was published.
@@ -92,7 +113,7 @@ class Conflict:
         def shown(side: Mapping[str, Any] | None, column: str) -> str:
             if side is None:
                 return "(no row)"
-            text = repr(side.get(column))
+            text = json.dumps(side.get(column), default=str, ensure_ascii=False)  # as jsonl writes it, no repr
             return text if len(text) <= width else text[:width - 1] + "…"
 
         if not (self.base or self.ours or self.theirs):

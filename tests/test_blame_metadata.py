@@ -189,3 +189,37 @@ def test_forks_on_other_lance_branches(tmp_path, walks):
         same_blame(repo, ref, "t")
         same_blame(repo, ref, "t", columns=["v"])
     assert walks
+
+
+def test_epochs_read_in_one_scan_through_the_ref_keep_each_fragment_apart(tmp_path, walks, monkeypatch):
+    """The chain's epochs are read through the ref's table in one scan where they can be: a
+    fragment rewritten by a column write is two epochs with one fragment id (two scans), and tables
+    of another schema (a column added on the chain) are read through their own table."""
+    scans = []
+    original = blame_images.ChainImages._scans
+
+    def recorded(self):
+        out = original(self)
+        scans.append([[self.epochs.fragment[e] for e in members] for _, members, _ in out])
+        return out
+
+    monkeypatch.setattr(blame_images.ChainImages, "_scans", recorded)
+    repo = trimerge.Repository.init(str(tmp_path / "r"))
+    repo.create_table("t", rows(range(60)), "id", actor="a0")
+    repo.upsert("t", rows([1, 2], v="y"), actor="a1")
+    repo.update("t", pa.table({"id": pa.array([3, 4], pa.int64()), "w": pa.array([7, 0], pa.int64())}),
+                write="columns", actor="a2")  # fragment 0 again, with new data files: a second epoch
+    repo.upsert("t", rows([1, 5], v="z"), actor="a3")
+    repo.upsert("t", rows([6], v="y"), actor="a4")
+    for kw in ({}, {"columns": ["w"]}, {"where": "id < 8"}):
+        same_blame(repo, "main", "t", **kw)
+    assert walks and scans
+    assert all(len(ids) == len(set(ids)) for plan in scans for ids in plan)  # a fragment id once per scan
+    assert any(len(plan) < sum(len(ids) for ids in plan) for plan in scans)  # several epochs in one scan
+    got = {r["id"]: r["actor"] for r in blame(repo, "t", method="images").to_pylist()}
+    assert (got[0], got[1], got[2], got[3], got[4], got[5], got[6]) == ("a0", "a3", "a1", "a2", "a0", "a3", "a4")
+    repo.add_columns("t", pa.schema([pa.field("extra", pa.int64())]), actor="a5")
+    repo.upsert("t", pa.table({"id": pa.array([7], pa.int64()), "v": ["x7"], "w": pa.array([0], pa.int64()),
+                               "extra": pa.array([1], pa.int64())}), actor="a6")
+    for kw in ({}, {"columns": ["extra", "v"]}):
+        same_blame(repo, "main", "t", **kw)

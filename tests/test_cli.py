@@ -352,7 +352,7 @@ def test_demo_tells_the_whole_story(tmp_path, cli, monkeypatch):
     assert [c.split()[4] for c in commands] == ["diff", "diff", "merge", "merge", "log", "read", "read",
                                                 "merge", "index", "search"]
     assert "planes               modified  +0 -0 ~400" in out
-    assert "manufacturer: 'AIRBUS INDUSTRIE' -> 'AIRBUS'" in out
+    assert "manufacturer: \"AIRBUS INDUSTRIE\" -> \"AIRBUS\"" in out
     assert "CONFLICT" in out and "nothing published" in out
     assert "Merge 'fix-planes' into 'main'" in out and "|\\" in out
     repo = open_repo(tmp_path / "trimerge-demo")

@@ -220,5 +220,5 @@ def test_conflict_lines_show_base_dest_and_source_values(R, cli):
     assert res.exit_code == 1
     lines = res.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("CONFLICT row.update_update in t[id=2]"))
-    assert lines[at + 1].startswith("    v: base 'b', dest 'b-mainxxx") and lines[at + 1].endswith("source 'b-dev'")
+    assert lines[at + 1].startswith('    v: base "b", dest "b-mainxxx') and lines[at + 1].endswith('source "b-dev"')
     assert "…" in lines[at + 1] and len(lines[at + 1]) < 120

@@ -55,11 +55,11 @@ TWO_DOT_TEXT = """\
 === t (modified: +1 -2 ~2)
   ~ id=1: a: 10 -> 11
   - id=2
-  ~ id=3: s: 'Y' -> 'y'
+  ~ id=3: s: "Y" -> "y"
   + id=5
   - id=6
 === u (modified: +0 -0 ~1)
-  ~ k=1: v: 'b' -> 'a'
+  ~ k=1: v: "b" -> "a"
 """
 
 THREE_DOT_TEXT = """\
@@ -83,8 +83,8 @@ def test_two_refs_equal_two_dot_and_differ_from_three_dot(R, cli):
     assert dots.stdout == TWO_DOT_TEXT
     assert three.stdout == THREE_DOT_TEXT
     back = cli("-C", R, "diff", "feature...main", ok=True)
-    assert back.stdout == ("=== t (modified: +1 -0 ~1)\n  ~ id=3: s: 'y' -> 'Y'\n  + id=6\n"
-                           "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: 'a' -> 'b'\n")
+    assert back.stdout == ("=== t (modified: +1 -0 ~1)\n  ~ id=3: s: \"y\" -> \"Y\"\n  + id=6\n"
+                           "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: \"a\" -> \"b\"\n")
     assert cli("-C", R, "diff", "main", "main", ok=True).stdout == "no changes\n"
     assert cli("-C", R, "diff", "..feature", ok=True).stdout == TWO_DOT_TEXT  # an empty side is main
 
@@ -97,7 +97,7 @@ def test_default_output_shows_status_and_schema_changes(R, cli):
     res = cli("-C", R, "diff", "main...feature", ok=True)
     assert res.stdout == (
         "=== fresh (added: +1 -0 ~0)\n"
-        "  + k='p'\n"
+        "  + k=\"p\"\n"
         "=== t (modified: +1 -1 ~1)\n"
         "  schema: added n  -> string\n"
         "  schema: dropped s string -> \n"
@@ -110,7 +110,7 @@ def test_address_arguments(R, cli, tmp_path):
     res = cli("-C", R, "diff", "main::t", "feature::t", ok=True)
     assert res.stdout == TWO_DOT_TEXT.split("=== u")[0]
     res = cli("-C", R, "diff", "main::u", "feature", ok=True)
-    assert res.stdout == "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: 'b' -> 'a'\n"
+    assert res.stdout == "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: \"b\" -> \"a\"\n"
     # A repository-qualified address needs no -C.
     res = cli("diff", f"{R}::main...feature::t", ok=True)
     assert res.stdout == THREE_DOT_TEXT
@@ -241,8 +241,18 @@ def test_stat(R, cli, tmp_path):
     res = cli("-C", R, "diff", "main", "feature", "--stat", ok=True)
     assert res.stdout == ("t                    modified  +1 -2 ~2 (2 cells: a 1, s 1)\n"
                           "u                    modified  +0 -0 ~1 (1 cells: v 1)\n")
-    rows = cli("-C", R, "diff", "main...feature", "--stat", "--json", ok=True).json()
-    assert rows == [
+    stat = cli("-C", R, "diff", "main...feature", "--stat", "--json", ok=True).json()
+    # the shape of a table in `--json diff` (issue 54): counts, columns as an object, lists of changes
+    whole = cli("-C", R, "--json", "diff", "main...feature", ok=True).json()["tables"]
+    for t in stat:  # the plan's figures depend on whether rows were built; its keys do not
+        full = {k: v for k, v in whole[t["table"]].items() if k != "rows"}
+        assert {**t, "plan": t["plan"]["method"]} == {**full, "plan": full["plan"]["method"]}
+        assert t["plan"].keys() == full["plan"].keys()
+    assert [(t["table"], t["inserted"], t["deleted"], t["updated"], t["columns"], t["schema_changes"],
+             t["plan"]["method"]) for t in stat] == [("same", 0, 0, 0, {}, [], "none"), ("t", 1, 1, 1, {"a": 1}, [], "delta"),
+                                                     ("u", 0, 0, 0, {}, [], "none")]
+    assert jsonl(cli("-C", R, "diff", "main...feature", "--stat", "--format", "jsonl", ok=True).stdout) == stat
+    rows = [  # tabular formats keep the flat columns
         {"table": "same", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
          "schema_changes": 0, "index_changes": 0, "method": "none", "columns": ""},
         {"table": "t", "status": "modified", "inserted": 1, "deleted": 1, "updated": 1, "cells_changed": 1,
@@ -250,7 +260,6 @@ def test_stat(R, cli, tmp_path):
         {"table": "u", "status": "unchanged", "inserted": 0, "deleted": 0, "updated": 0, "cells_changed": 0,
          "schema_changes": 0, "index_changes": 0, "method": "none", "columns": ""},
     ]
-    assert jsonl(cli("-C", R, "diff", "main...feature", "--stat", "--format", "jsonl", ok=True).stdout) == rows
     out = tmp_path / "stat.parquet"
     cli("-C", R, "diff", "main...feature", "--stat", "--format", "parquet", "-o", out, ok=True)
     assert pq.read_table(out).to_pylist() == rows
@@ -293,7 +302,7 @@ def test_noop_rewrite_shows_no_rows(R, cli):
 
 def test_table_option_is_repeatable(R, cli):
     assert cli("-C", R, "diff", "main", "feature", "--table", "u", ok=True).stdout == \
-        "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: 'b' -> 'a'\n"
+        "=== u (modified: +0 -0 ~1)\n  ~ k=1: v: \"b\" -> \"a\"\n"
     doc = cli("-C", R, "--json", "diff", "main", "feature", "--table", "u", "--table", "same", ok=True).json()
     assert sorted(doc["tables"]) == ["same", "u"]
 
@@ -306,12 +315,12 @@ def test_limit_and_columns_in_the_table_format(R, cli):
         "  - id=2\n"
         "  ... 3 more rows (use --limit or --format)\n"
         "=== u (modified: +0 -0 ~1)\n"
-        "  ~ k=1: v: 'b' -> 'a'\n")
+        "  ~ k=1: v: \"b\" -> \"a\"\n")
     res = cli("-C", R, "diff", "main", "feature", "--limit", "0", "--table", "t", ok=True)
     assert res.stdout == "=== t (modified: +1 -2 ~2)\n  ... 5 more rows (use --limit or --format)\n"
     # --columns s: the update of a (not shown) keeps its line without cells; s's update is shown.
     res = cli("-C", R, "diff", "main", "feature", "--columns", "s", "--table", "t", ok=True)
-    assert res.stdout.splitlines()[1:4] == ["  ~ id=1: ", "  - id=2", "  ~ id=3: s: 'Y' -> 'y'"]
+    assert res.stdout.splitlines()[1:4] == ["  ~ id=1: ", "  - id=2", "  ~ id=3: s: \"Y\" -> \"y\""]
 
 
 def _many(tmp_path: Path, n: int = 70) -> Path:
@@ -334,7 +343,7 @@ def test_table_format_shows_fifty_rows_then_a_count(tmp_path, cli):
     # 28 updates (even ids, less the 7 deleted) + 14 deletes (id % 5 = 1) + 25 inserts = 67 rows.
     assert lines[0] == "=== t (modified: +25 -14 ~28)"
     assert len(lines) == 1 + 50 + 1
-    assert lines[1] == "  ~ id=0: v: 'v0' -> 'X'"
+    assert lines[1] == "  ~ id=0: v: \"v0\" -> \"X\""
     assert lines[2] == "  - id=1"
     assert lines[-1] == "  ... 17 more rows (use --limit or --format)"
 

@@ -240,7 +240,7 @@ def test_cli_json_jsonl_and_columns(repo, cli, tmp_path):
     assert changed == [{"id": 2, "change": "update", "changed_columns": ["price"], "before": {"price": 15.0},
                         "after": {"price": 9.0}}]
     stat = cli(*base, "--stat", "--json", ok=True).json()
-    assert stat[0]["updated"] == 3 and stat[0]["columns"] == "price 3"
+    assert stat[0]["updated"] == 3 and stat[0]["columns"] == {"price": 3}
     cli(*base, "-o", tmp_path / "rows.parquet", ok=True)
     import pyarrow.parquet as pq
 

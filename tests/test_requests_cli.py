@@ -44,7 +44,7 @@ def test_the_whole_flow_on_the_command_line(flights, cli):
     res = cli("-C", uri, "request", "list", ok=True)
     assert res.stdout.startswith("#1\topen\tfeature -> main\tFix b")
     res = cli("-C", uri, "request", "show", "1", ok=True)
-    assert "~ id=2: v: 'b' -> 'B'" in res.stdout and "+ id=5" in res.stdout
+    assert "~ id=2: v: \"b\" -> \"B\"" in res.stdout and "+ id=5" in res.stdout
     assert "mergeable: no: needs 1 approval(s)" in res.stdout
     res = cli("-C", uri, "request", "merge", "1", "--actor", "ann")
     assert res.exit_code == 1 and "needs 1 approval" in res.stderr

@@ -7,8 +7,8 @@ Two ways, one answer (``method``):
 * From the chain's row images (:mod:`trimerge.lineage.gates.blame_images`, ``auto`` where it reads
   less than the lookups it saves, always with ``images``): the ref and its first parents, while each
   table continues the next with row-level writes, are answered from one sequential read of the
-  fragments they list — whole-table blame of 1M rows with 20 commits of 1% in ~1.8x reading the
-  table (the exact walk: ~10x). Rows older than that chain, and a merge's other parents, go on with
+  fragments they list — whole-table blame of 1M rows with 20 commits of 1% in 1.6-3.9x reading the
+  table, by load (the exact walk: 8-19x; docs/performance.md). Rows older than that chain, and a merge's other parents, go on with
   the exact walk.
 * The exact walk (``exact``, the reference): each row's ``_row_last_updated_at_version`` (Lance row
   lineage, stable row ids) names the Lance version that last wrote it; the history is walked once,
@@ -32,7 +32,7 @@ from trimerge.lineage.history import graph as graphalg
 from trimerge.lineage.gates.blame_images import norm_value, same_values
 from trimerge.lineage.commit import Commit, TableVersion
 from trimerge.lineage.errors import InvalidOperationError, TableNotFoundError
-from trimerge.lineage.tables.filters import check_filter, plan_filter
+from trimerge.lineage.tables.filters import prepare_filter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -163,6 +163,7 @@ def _lookup(repo: "HistoryReader", tv: TableVersion, key: list[str], asked: "pa.
 METHODS = ("auto", "images", "exact")
 LOOKUP_THREADS = 2  # the writers' lookups side by side (Lance scans release the GIL)
 BROAD = 200_000  # keys beyond which a lookup reads the whole table and joins instead of filtering
+OUTPUT_THREADED = 100_000  # output rows from which the commit columns are built side by side
 
 
 def blame(repo: "HistoryReader", table: str, *, ref: str | None = None, where: str | None = None,
@@ -196,8 +197,7 @@ def blame(repo: "HistoryReader", table: str, *, ref: str | None = None, where: s
                                         f"(columns: {', '.join(ds.schema.names)})")
         columns = list(dict.fromkeys(columns))  # a column named twice is blamed once: one walk, one cell per row
     if where is not None:
-        where = check_filter(where, "where")
-        plan_filter(ds, where, f"blame {table}")
+        where = prepare_filter(ds, where, f"blame {table}")
     read = values if columns is None else [c for c in dict.fromkeys(columns) if c not in key]
     wanted = list(dict.fromkeys(key + read)) + [VERSION]
     history = _History(repo, start, table, _Lineage(repo))
@@ -367,26 +367,54 @@ def _output(pa: Any, rows: Any, key: list[str], columns: list[str] | None, blame
     """Rows (or cells) by key (nulls last), the cells of a row by column name."""
     import numpy as np
 
+    only, ints = rows.column(key[0]).combine_chunks() if len(key) == 1 else None, None
     try:
-        only = rows.column(key[0]) if len(key) == 1 else None
         if only is not None and pa.types.is_integer(only.type) and not only.null_count:
-            order = np.argsort(only.to_numpy(), kind="stable")  # numpy's sort of one int column: ~4x Arrow's
+            ints = only.to_numpy()
+            order = _int_order(np, ints)
         else:
             order = pa.compute.sort_indices(rows.select(key), sort_keys=[(k, "ascending", "at_end") for k in key]).to_numpy()
     except (pa.ArrowException, TypeError, ValueError):
         keys = list(zip(*(rows.column(k).to_pylist() for k in key)))
         order = np.array(sorted(range(len(keys)), key=lambda i: tuple(_sortable(x) for x in keys[i])), np.int64)
     by_name = [0] if columns is None else sorted(range(len(columns)), key=lambda j: columns[j])
-    picked = np.stack([blamed[j][order] for j in by_name], axis=1).ravel()
-    cols: dict[str, Any] = {k: rows.column(k).take(pa.array(np.repeat(order, len(by_name)))) for k in key}
+    picked = blamed[0][order] if len(by_name) == 1 else np.stack([blamed[j][order] for j in by_name], axis=1).ravel()
+    spread = order if len(by_name) == 1 else np.repeat(order, len(by_name))
+    if ints is not None:  # numpy's take of one int column, not Arrow's of the chunks it was read in
+        cols: dict[str, Any] = {key[0]: pa.array(ints[spread], only.type)}
+    else:
+        cols = {k: rows.column(k).take(pa.array(spread)) for k in key}
     if columns is not None:
         cols["column"] = pa.array(np.tile(np.array([columns[j] for j in by_name], object), len(order)), pa.string())
-    which = pa.array(picked)
-    cols["commit"] = pa.array([c.id for c in commits], pa.string()).take(which)
-    cols["actor"] = pa.array([c.actor for c in commits], pa.string()).take(which)
-    cols["time"] = pa.array([c.created_at for c in commits], pa.timestamp("us", tz="UTC")).take(which)
-    cols["message"] = pa.array([c.message for c in commits], pa.string()).take(which)
+    which = pa.array(picked.astype(np.int32) if len(commits) < 2**31 else picked)
+    per_commit = {"commit": pa.array([c.id for c in commits], pa.string()),
+                  "actor": pa.array([c.actor for c in commits], pa.string()),
+                  "time": pa.array([c.created_at for c in commits], pa.timestamp("us", tz="UTC")),
+                  "message": pa.array([c.message for c in commits], pa.string())}
+    if len(which) >= OUTPUT_THREADED:  # Arrow's takes release the GIL: ~40 MB of commit ids per 1M rows
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
+            cols.update(zip(per_commit, pool.map(lambda a: a.take(which), per_commit.values())))
+    else:
+        cols.update({name: a.take(which) for name, a in per_commit.items()})
     return pa.table(cols)
+
+
+def _int_order(np: Any, keys: Any) -> Any:
+    """The stable ascending order of int ``keys``: where they are unique and span at most a few
+    times their count (a table keyed by a counter), by placing each at its slot — linear, where a
+    sort of 1M shuffled keys takes ~0.1 s; else numpy's sort."""
+    n = len(keys)
+    if n:
+        lo, hi = int(keys.min()), int(keys.max())
+        if hi - lo < 4 * n:
+            slots = np.full(hi - lo + 1, -1, np.int64)
+            slots[keys - lo] = np.arange(n, dtype=np.int64)
+            order = slots[slots >= 0]
+            if len(order) == n:  # no key twice (else the slots kept one of them: sort instead)
+                return order
+    return np.argsort(keys, kind="stable")
 
 
 def _sortable(v: Any) -> tuple:

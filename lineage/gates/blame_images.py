@@ -200,7 +200,25 @@ def writer_positions(versions: Any, row_versions: Any) -> Any:
     """Per row version, the oldest chain position whose table holds it (``versions`` is the
     chain's table versions, non-increasing); -1 where none does."""
     ascending = versions[::-1]
+    top = int(row_versions.max(initial=-1))
+    if len(row_versions) > 4 * (top + 2) and int(row_versions.min(initial=0)) >= -1:
+        # versions are small ints: one answer per version, looked up (a gather, not a binary search)
+        table = (len(versions) - 1) - np.searchsorted(ascending, np.arange(-1, top + 1), side="left")
+        return table[row_versions + 1]
     return (len(versions) - 1) - np.searchsorted(ascending, row_versions, side="left")
+
+
+def _as_int64(column: Any) -> Any:
+    """Row versions as int64 numpy (-1 where null): a view of Lance's uint64, not a cast and a copy."""
+    if column.null_count == 0 and column.type == pa.uint64():
+        return column.to_numpy().view(np.int64)  # Lance versions stay far below 2**63
+    return column.cast(pa.int64()).fill_null(-1).to_numpy()
+
+
+def split_addresses(address: Any) -> tuple[Any, Any]:
+    """Lance row addresses (uint64: fragment id << 32 | offset) as (fragment ids, offsets), int64."""
+    signed = address.view(np.int64)  # fragment ids are u32: the top bit is never set
+    return signed >> 32, signed & 0xFFFFFFFF
 
 
 def prepare(repo: "TableReader", chain: Chain, ds: "lance.LanceDataset", key: list[str], read: list[str],
@@ -215,7 +233,7 @@ def prepare(repo: "TableReader", chain: Chain, ds: "lance.LanceDataset", key: li
     if (np.diff(versions) > 0).any():  # not one Lance lineage read newest first
         return None
     selected = rows if rows is not None else ds.scanner(columns=[VERSION], with_row_address=True).to_table()
-    row_versions = selected.column(VERSION).cast(pa.int64()).fill_null(-1).to_numpy()
+    row_versions = _as_int64(selected.column(VERSION))
     positions = writer_positions(versions, row_versions)
     last = len(versions) - 1
     active = (row_versions >= 0) & (positions >= 0) & (positions < last)
@@ -274,8 +292,8 @@ class ChainImages:
         flat = base[self.image_epoch] + self.image_offset
         if whole:  # the ref's rows, in the images' order: keys here, values taken when compared
             live = np.zeros(int(base[-1]), dtype=bool)
-            live[base[tip_epochs[(address >> np.uint64(32)).astype(np.int64)]]
-                 + (address & np.uint64(0xFFFFFFFF)).astype(np.int64)] = True
+            fids, offs = split_addresses(address)
+            live[base[tip_epochs[fids]] + offs] = True
             hit = live[flat]
             self.row_image: Any = np.flatnonzero(hit)
             if len(self.row_image) != selected.num_rows:
@@ -287,11 +305,11 @@ class ChainImages:
         else:
             self.rows = selected.drop_columns([ADDRESS])
             self.row_image = None
-            self.row_versions = selected.column(VERSION).cast(pa.int64()).fill_null(-1).to_numpy()
+            self.row_versions = _as_int64(selected.column(VERSION))
             self.positions = positions
             mine = np.full(int(base[-1]), False)
-            mine[base[tip_epochs[(address >> np.uint64(32)).astype(np.int64)]]
-                 + (address & np.uint64(0xFFFFFFFF)).astype(np.int64)] = True
+            fids, offs = split_addresses(address)
+            mine[base[tip_epochs[fids]] + offs] = True
             others = np.flatnonzero(~mine[flat])
         self.active = np.flatnonzero((self.row_versions >= 0) & (self.positions >= 0) & (self.positions < end))
         self._index(others)
@@ -300,39 +318,39 @@ class ChainImages:
         """Column ``column`` of the selected rows ``rows`` (positions in :attr:`rows`)."""
         if self.row_image is None:
             return self.rows.column(column).take(pa.array(rows))
-        return self.image_column(column).take(pa.array(self.row_image[rows]))
+        return self.image_values(column, self.row_image[rows])
 
-    def image_column(self, column: str) -> Any:
-        """One column of the images, in one piece (takes from one array are ~2x those from the
-        hundreds of chunks the epochs were read in)."""
+    def image_values(self, column: str, images: Any) -> Any:
+        """Column ``column`` of the images ``images``. The walk compares only the images of rows it
+        judges and their keys' older images: those are taken once per column into one array (the
+        images were read in hundreds of chunks; combining a whole column costs more than the walk's
+        takes). Other images (rows the exact walk settles) are taken from the chunks."""
         if column not in self._columns:
-            self._columns[column] = self.images.column(column).combine_chunks()
-        return self._columns[column]
+            self._columns[column] = self.images.column(column).take(pa.array(self.compared)).combine_chunks()
+        at = self.slot[images]
+        if len(at) and at.min() < 0:
+            return self.images.column(column).take(pa.array(images))
+        return self._columns[column].take(pa.array(at))
 
     def _read(self, schema: pa.Schema, wanted: list[str]) -> tuple[pa.Table, Any, Any, Any]:
         """Every epoch once, at the oldest table listing it (its deletions applied there): the
         images, and per image its epoch, offset in the fragment and row version."""
-        groups: dict[int, list[int]] = {}
-        for e, position in enumerate(self.epochs.first):
-            groups.setdefault(position, []).append(e)
         parts, epochs, offsets, versions = [], [], [], []
-        for position, members in sorted(groups.items()):
-            ds = self.datasets[position]
+        for ds, members, frags in self._scans():
             names = set(ds.schema.names)
-            frags = [ds.get_fragment(self.epochs.fragment[e]) for e in members]
             got = ds.scanner(columns=[c for c in wanted if c in names] + [VERSION], with_row_address=True,
                              fragments=frags).to_table()
             address = got.column(ADDRESS).to_numpy()
-            fids = (address >> np.uint64(32)).astype(np.int64)
+            fids, offs = split_addresses(address)
             lut = np.full(max(self.epochs.fragment[e] for e in members) + 1, -1, np.int64)
             for e in members:
                 lut[self.epochs.fragment[e]] = e
             epochs.append(lut[fids])
-            offsets.append((address & np.uint64(0xFFFFFFFF)).astype(np.int64))
+            offsets.append(offs)
             u = got.column(VERSION)
             if u.null_count:
                 raise Unusable("an image without a row version")
-            versions.append(u.to_numpy().astype(np.int64))
+            versions.append(_as_int64(u))
             cols: dict[str, Any] = {}
             for c in wanted:  # a column added after this table read as null, as the exact walk does
                 f = schema.field(c)
@@ -341,6 +359,35 @@ class ChainImages:
         if not parts:  # no fragment on the chain (an emptied, compacted table): the keyed walk answers
             raise Unusable("no fragment to read")
         return (pa.concat_tables(parts), np.concatenate(epochs), np.concatenate(offsets), np.concatenate(versions))
+
+    def _scans(self) -> list[tuple[Any, list[int], list[Any]]]:
+        """(dataset to scan through, epochs, their fragments as listed at their oldest table): Lance
+        reads a fragment by the metadata it is given (its deletions, its row versions), so epochs of
+        tables with the ref's Lance branch and schema are read in one scan through the ref's table
+        (one scan per ~2 ms of fixed cost saved per table; a fragment id once per scan, as it is
+        part of the row address). The others are read through their own table."""
+        tip, tvs = self.datasets[0], self.chain.tvs
+        groups: dict[int, list[int]] = {}
+        for e, position in enumerate(self.epochs.first):
+            groups.setdefault(position, []).append(e)
+        shared: list[tuple[set[int], list[int]]] = []
+        out = []
+        for position, members in sorted(groups.items()):
+            ds = self.datasets[position]
+            if tvs[position].lance_branch == tvs[0].lance_branch and ds.lance_schema == tip.lance_schema:
+                for e in members:  # the first scan not yet holding this fragment id
+                    fid = self.epochs.fragment[e]
+                    at = next((s for s in shared if fid not in s[0]), None)
+                    if at is None:
+                        shared.append(at := (set(), []))
+                    at[0].add(fid)
+                    at[1].append(e)
+            else:
+                out.append((ds, members, [ds.get_fragment(self.epochs.fragment[e]) for e in members]))
+        for _, members in shared:
+            out.append((tip, members, [self.datasets[self.epochs.first[e]].get_fragment(self.epochs.fragment[e])
+                                       for e in members]))
+        return out
 
     def _index(self, others: Any) -> None:
         """The images not selected (``others``; with a filter, only those of keys of rows that
@@ -377,6 +424,13 @@ class ChainImages:
         self.hist_code = self.hist_gid * width + u
         self.row_gid = np.full(self.rows.num_rows, -1, np.int64)
         self.row_gid[self.active] = np.where(found, at, -1)
+        mine_images = self.row_image[self.active] if self.row_image is not None else np.zeros(0, np.int64)
+        marked = np.zeros(self.images.num_rows, dtype=bool)  # a union without sorting ~1M images
+        marked[mine_images] = True
+        marked[self.hist_image] = True
+        self.compared = np.flatnonzero(marked)
+        self.slot = np.full(self.images.num_rows, -1, np.int64)
+        self.slot[self.compared] = np.arange(len(self.compared), dtype=np.int64)
 
     def _candidates(self, gid: Any, upto: Any) -> Any:
         """Per (key, version), the image of that key with the greatest row version not after it (-1: none)."""
@@ -425,8 +479,8 @@ class ChainImages:
             lut = np.full(max(members, default=-1) + 1, -1, np.int64)
             for fid, e in members.items():
                 lut[fid] = e
-            mask[self.base[lut[(address >> np.uint64(32)).astype(np.int64)]]
-                 + (address & np.uint64(0xFFFFFFFF)).astype(np.int64)] = True
+            fids, offs = split_addresses(address)
+            mask[self.base[lut[fids]] + offs] = True
             scanned.update(missing)
         return mask[self.base[epochs] + offsets]
 
@@ -474,7 +528,7 @@ class ChainImages:
                 eq = np.ones(len(found), dtype=bool)
                 for c in cols:
                     eq &= same_values(self.values(c, rows[found]),
-                                      self.image_column(c).take(pa.array(self.hist_image[cand[found]])))
+                                      self.image_values(c, self.hist_image[cand[found]]))
                 found = found[eq]
                 for position in np.unique(at[found] + 1):
                     sel = found[at[found] + 1 == position]

@@ -44,7 +44,10 @@ so a 100,000-key ``IN`` list is checked in milliseconds. A filter of at most
 :data:`MAX_FILTER_NESTING` tokens cannot exceed any limit and is not parsed at all.
 
 Then :func:`plan_filter` plans it (does not run it) against the table's schema, so an unknown
-column or a type mismatch is reported before anything is written.
+column or a type mismatch is reported before anything is written. :func:`prepare_filter` does
+both and first types the text literals a filter compares with date and timestamp columns
+(``date < '2001-01-01'``, which Lance's SQL does not cast; :mod:`trimerge.lineage.tables.filtercasts`):
+the filter to run is the text it returns.
 
 Lance parses a projection (``columns={"x": "id + 1"}``, LanceDB's ``select({...})``) with the same
 parser and planner, and crashes on the same shapes (``id+id+…``: SIGSEGV from about 830 terms,
@@ -57,7 +60,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from trimerge.lineage.errors import InvalidOperationError, lance_message
 
@@ -91,9 +94,12 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 # A run of plain literal list items, each followed by its comma ("1, -2, 'a', NULL, "): read in
 # one regex step and parsed as two items, since they add width to a list, never depth.
+# Typed literals (``date '2001-01-01'``, what filtercasts writes) count as plain ones.
 _ITEM = (r"\s*(?:[-+]\s*)?(?:0[xX][0-9A-Fa-f]+|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-         r"|'(?:[^']|'')*'|(?i:true|false|null)\b)\s*,")
+         r"|(?:(?i:date|timestamp)\s*)?'(?:[^']|'')*'|(?i:true|false|null)\b)\s*,")
 _RUN = re.compile(f"(?:{_ITEM}){{{_COLLAPSE_AT},}}")
+_ITEM_PARTS = re.compile(r"(?P<typed>(?i:date|timestamp)\s*'(?:[^']|'')*')|(?P<string>'(?:[^']|'')*')"
+                         r"|(?P<word>(?i:true|false|null)\b)|(?P<number>[-+]?\s*[0-9.][0-9A-Fa-fxX.eE+-]*)")
 _ONE_ITEM = re.compile(_ITEM)
 
 
@@ -292,6 +298,44 @@ def _measure_tree(shape: FilterShape, what: str) -> None:
     shape.nesting = max(shape.nesting, nesting)
 
 
+def tokens(text: str) -> Iterator[tuple[str, str, int, int]]:
+    """The tokens of a filter that passed :func:`check_filter`, blanks and comments left out:
+    ``(kind, text, start, end)``, ``kind`` a group of the tokenizer above (``word``, ``string``,
+    ``quoted``, ``op``, ``open``, ``close``, ``comma``, ``number``...) or ``run``: after a bracket
+    or comma, a run of more than eight plain literal list items, each with its comma, as one token
+    (a 100,000-key ``IN`` list is one regex step, not 200,000 tokens; :func:`run_items` splits one)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        kind = m.lastgroup or "other"
+        end = _comment_end(text, pos) if kind == "block_comment" else m.end()
+        if kind not in ("ws", "line_comment", "block_comment"):
+            yield kind, m.group(), pos, end
+        pos = end if end > pos else n
+        if kind in ("open", "comma") and (run := _RUN.match(text, pos)):
+            yield "run", run.group(), pos, run.end()
+            pos = run.end()
+
+
+def run_items(run: tuple[str, str, int, int]) -> Iterator[tuple[str, str, int, int]]:
+    """The items of a ``run`` token of :func:`tokens`, as tokens (``string``, ``number``, ``word``, ``typed``
+    for ``date '…'``), their commas left out."""
+    for m in _ITEM_PARTS.finditer(run[1]):
+        kind = m.lastgroup or "other"
+        yield kind, m.group(kind), run[2] + m.start(kind), run[2] + m.end(kind)
+
+
+def prepare_filter(dataset: Any, text: Any, what: str) -> str:
+    """The filter to give Lance for ``text`` on ``dataset``: checked (:func:`check_filter`), its
+    text literals compared with date and timestamp columns typed
+    (:func:`trimerge.lineage.tables.filtercasts.cast_literals`) and planned (:func:`plan_filter`)."""
+    from trimerge.lineage.tables.filtercasts import cast_literals
+
+    typed = cast_literals(dataset.schema, check_filter(text, what), what)
+    plan_filter(dataset, typed, what)
+    return typed
+
+
 def plan_filter(dataset: Any, text: str, what: str) -> None:
     """Plan (do not run) ``text`` on a Lance dataset: unknown columns and type mismatches say so here.
 
@@ -302,6 +346,14 @@ def plan_filter(dataset: Any, text: str, what: str) -> None:
     try:
         dataset.scanner(filter=whole(text), columns=[]).explain_plan()
     except (OSError, ValueError, RuntimeError) as exc:
+        from trimerge.lineage.tables.filtercasts import find_casts
+
+        casts = find_casts(dataset.schema, text, what)  # a caller that did not prepare_filter
+        if casts:
+            c = casts[0]
+            raise InvalidOperationError(
+                f"{what}: column {c.column!r} is {dataset.schema.field(c.column).type} and Lance's SQL does not "
+                f"cast text to it: write {c.written} for {text[c.start:c.end]}") from None
         raise InvalidOperationError(f"{what}: bad filter {text[:200]!r}: {_refusal(exc, text)}") from None
 
 
@@ -328,6 +380,13 @@ def plan_projection(dataset: Any, columns: Mapping[str, str], what: str) -> dict
 def _refusal(exc: Exception, text: str) -> str:
     """Lance's reason for refusing ``text`` (planned :func:`whole`), on one line."""
     parser = re.search(r"\(sql parser error: (.*)\)", str(exc).replace("\n", " "))
+    typed = re.search(r"Received literal Utf8\(\"(.{0,100}?)\"\) and could not convert to literal of type '(\w+)'",
+                      str(exc))
+    if typed:  # a string compared with a typed value in an expression cast_literals leaves alone
+        literal, kind = typed.groups()
+        hint = (f"date '{literal}'" if kind.startswith("Date") else f"timestamp '{literal}'" if "Timestamp" in kind
+                else f"CAST('{literal}' AS type)")
+        return f"the text '{literal}' is compared with a {kind} value and Lance's SQL does not cast text: write {hint}"
     detail = (f"not one SQL expression (the parser: {parser.group(1).split(', /')[0]})" if parser
               else lance_message(exc).replace(f"({text}", text))
     return detail[:300]

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from trimerge.lineage.errors import InvalidOperationError, SchemaMismatchError, StorageError, lance_message
-from trimerge.lineage.tables.filters import check_filter, plan_filter
+from trimerge.lineage.tables.filters import prepare_filter
 
 #: Largest ``k``: beyond it a search is a mistake (and Lance's allocations grow with it).
 MAX_K = 10_000_000
@@ -85,7 +85,7 @@ def search(ds: Any, primary_key: Sequence[str], *, vector: Any = None, column: s
         schema, indices, rows = ds.schema, _indices(ds), max(1, ds.count_rows())
     extra = _check_columns(columns, schema, keys)
     if where is not None:
-        plan_filter(ds, check_filter(where, "search where"), "search where")
+        where = prepare_filter(ds, where, "search where")
     if text is not None:
         if options:
             raise InvalidOperationError(f"search: full-text search takes no options (got "

@@ -206,8 +206,11 @@ def render_diff(obj: Context, repo, d, *, stat: bool, name_only: bool, limit: in
                      f"{', indices changed' if r['index_changes'] else ''})"
                      for r in st.to_pylist() if r["status"] != "unchanged" or r["index_changes"]]
             _write_text(obj, output, "\n".join(lines), st.to_pylist())
-        elif fmt == "json":
-            _write_text(obj, output, json.dumps(st.to_pylist(), indent=2, default=str), None)
+        elif fmt in ("json", "jsonl"):  # the shape of a table in `--json diff`, not the flat columns
+            doc = d.stat_json()
+            text = json.dumps(doc, indent=2, default=str) if fmt == "json" else "\n".join(
+                json.dumps(r, default=str) for r in doc)
+            _write_text(obj, output, text, None)
         else:
             print_table(st, fmt, output)
         return
@@ -282,6 +285,12 @@ def _shown_columns(td, spec: str, cols: list[str] | None) -> list[str] | None:
     return sorted(c.by_column) if c.updated and not (c.inserted or c.deleted) else None
 
 
+def text_value(v: Any) -> str:
+    """A value in diff text as ``--format jsonl`` writes it (``"2000-01-01 00:00:00"``, ``null``),
+    never a Python repr; non-ASCII text as itself."""
+    return json.dumps(v, default=str, ensure_ascii=False)
+
+
 def _text_parts(changed: dict, limit: int | None, spec: str, cols: list[str] | None) -> list[str]:
     """The text rendering: per table a header, schema and index changes, then the first rows."""
     parts = []
@@ -294,10 +303,10 @@ def _text_parts(changed: dict, limit: int | None, spec: str, cols: list[str] | N
             parts.append(f"  index: {ic['change']} {ic['index']} ({ic['kind']} on {', '.join(ic['columns'])})")
         shown = td.head(50 if limit is None else limit, _shown_columns(td, spec, cols))
         for r in shown.to_pylist():
-            keyv = ", ".join(f"{k}={r[k]!r}" for k in td.primary_key)
+            keyv = ", ".join(f"{k}={text_value(r[k])}" for k in td.primary_key)
             if r["change"] == "update":
                 before, after = r.get("before") or {}, r.get("after") or {}
-                cells = "; ".join(f"{col}: {before.get(col)!r} -> {after.get(col)!r}"
+                cells = "; ".join(f"{col}: {text_value(before.get(col))} -> {text_value(after.get(col))}"
                                   for col in r["changed_columns"] if col in after)
                 parts.append(f"  ~ {keyv}: {cells}")
             else:

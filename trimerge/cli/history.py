@@ -264,7 +264,8 @@ def commit_text(repo, c) -> list[str]:
     lines += [f"actor  {c.actor}", f"date   {c.created_at.isoformat()}", f"branch {c.branch}", "",
               f"    {c.message}", ""]
     lines += [f"    {k}: {v}" for k, v in sorted(c.metadata.items())]
-    lines += [f"  {name:<20} {tv.lance_branch} v{tv.version}  key ({', '.join(tv.primary_key)})"
+    # The table's version and key; the Lance branch it lives on is storage detail (--json has it).
+    lines += [f"  {name:<20} version {tv.version}  key ({', '.join(tv.primary_key)})"
               for name, tv in sorted(c.tables.items())]
     return lines
 

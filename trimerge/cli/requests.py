@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from trimerge.cli.app import EXIT_NO, MAX_COUNT, Context, cli, common, echo_lines, emit, fail
+from trimerge.cli.diffs import text_value
 from trimerge.cli.merging import parse_strategy
 
 SHOW_FORMATS = ("text", "markdown", "json", "sarif", "junit")
@@ -115,10 +116,10 @@ def _show_text(view: Any, limit: int) -> list[str]:
             lines.append(f"  === {name} ({td.status}: +{c.inserted} -{c.deleted} ~{c.updated})")
             shown = td.head(limit)
             for row in shown.to_pylist():
-                key = ", ".join(f"{k}={row[k]!r}" for k in td.primary_key)
+                key = ", ".join(f"{k}={text_value(row[k])}" for k in td.primary_key)
                 if row["change"] == "update":
                     before, after = row.get("before") or {}, row.get("after") or {}
-                    cells = "; ".join(f"{col}: {before.get(col)!r} -> {after.get(col)!r}"
+                    cells = "; ".join(f"{col}: {text_value(before.get(col))} -> {text_value(after.get(col))}"
                                       for col in row["changed_columns"] if col in after)
                     lines.append(f"    ~ {key}: {cells}")
                 else:

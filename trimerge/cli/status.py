@@ -142,7 +142,7 @@ def show(obj: Context, ref: str, rows: bool, stat_flag: bool, tables, name_only,
 def _diff_json(d: Any, stat: bool, name_only: bool, limit: int | None, columns: str | None) -> Any:
     """The diff part of ``show --json``: stat rows, changed table names, or every changed row."""
     if stat:
-        return d.stat().to_pylist()
+        return d.stat_json()
     if name_only:
         return d.changed_tables()
     cols = [c.strip() for c in columns.split(",")] if columns else None

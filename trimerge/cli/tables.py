@@ -236,7 +236,7 @@ def load(obj: Context, table_name: str, file: str, mode: str, branch, message, a
 
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
-@click.option("--where", required=True, help="SQL predicate selecting the rows to delete.")
+@click.option("--where", required=True, help="SQL predicate selecting the rows to delete (as read --where).")
 @write_options
 @common
 def delete(obj: Context, table_name: str, where: str, branch, message, actor) -> None:
@@ -249,8 +249,11 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
 @click.argument("table_name", metavar="TABLE")
 @click.option("--ref", default=None, help="Ref to read (default: the current branch).")
 @click.option("--columns", default=None, help="Comma-separated columns.")
-@click.option("--where", default=None, help="SQL filter.")
-@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None)
+@click.option("--where", default=None, help="SQL filter in Lance's dialect (docs/input.md); text compared "
+              "with a date or timestamp column is read as a date or time.")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=None,
+              help="Read at most N rows (default: every row). The text table shows the first and last 25 of more "
+                   "than 50 rows; --format csv, jsonl or json, or -o FILE, prints every row.")
 @click.option("--format", "fmt", type=click.Choice(READ_FORMATS), default=None,
               help="Default: from the extension of -o FILE (.parquet, .jsonl, .json, .csv, .lance), else table.")
 @click.option("-o", "output", default=None, metavar="FILE",
@@ -259,7 +262,8 @@ def delete(obj: Context, table_name: str, where: str, branch, message, actor) ->
               help="Order rows by primary key (default: yes for --format table, storage order otherwise).")
 @common
 def read(obj: Context, table_name: str, ref, columns, where, limit, fmt, output, sort) -> None:
-    """Read TABLE (or an address REPO::REF::TABLE) at any ref."""
+    """Read TABLE (or an address REPO::REF::TABLE) at any ref: as a text table (50 rows at most:
+    the first and last 25) or, with --format or -o, every row."""
     table_name, ref = table_address(obj, table_name, ref)
     fmt = output_format(fmt, output, formats=READ_FORMATS, default="json" if obj.json else "table", what="read")
     check_output_path(output, fmt)  # before the read: a long read must not end in "cannot write"
