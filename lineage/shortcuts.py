@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from trimerge.lineage.commit import Commit
-from trimerge.lineage.errors import TrimergeError
 from trimerge.lineage.storage.lazyimport import lazy_module
 from trimerge.lineage.tables.maintenance import MAINTENANCE
 
@@ -94,19 +93,7 @@ class TableWrites:
                message: str | None = None) -> Commit:
         """Delete the rows matching a SQL predicate (text compared with a date or timestamp column
         is read as one: ``date < '2001-01-01'``, see :mod:`trimerge.lineage.tables.filtercasts`)."""
-        typed = where
-        if isinstance(where, str):
-            from trimerge.lineage.tables.filtercasts import cast_literals
-            from trimerge.lineage.tables.filters import check_filter
-
-            what = f"delete from {table}: the 'where' predicate"
-            try:
-                tv = self.table_version(table, self.default_ref(branch))
-            except TrimergeError:  # no such branch or table: the transaction says so as for any write
-                tv = None
-            if tv is not None:
-                typed = cast_literals(self.open_table_version(tv).schema, check_filter(where, what), what)
-        return self._write("delete", f"Delete from {table} where {where}", table, typed,
+        return self._write("delete", f"Delete from {table} where {where}", table, where,
                            branch=branch, actor=actor, message=message)
 
     def delete_keys(self, table: str, keys: Any, *, branch: str | None = None, actor: str | None = None,

@@ -32,7 +32,7 @@ from trimerge.lineage.errors import (
     TrimergeError,
 )
 from trimerge.lineage.storage.faults import crashpoint
-from trimerge.lineage.tables.filters import check_filter, plan_filter
+from trimerge.lineage.tables.filters import check_filter, prepare_filter
 from trimerge.lineage.tables.rowwrites import FragmentWrites
 from trimerge.lineage.tables.upkeepwrites import UpkeepWrites
 from trimerge.lineage.storage.lease import Lease
@@ -363,7 +363,7 @@ class Transaction(FragmentWrites, UpkeepWrites):
         self._require_open()
         check_filter(where, f"delete from {name}: the 'where' predicate")
         snapshot = self.repo.table_store.open_version(tv := self._table(name))
-        plan_filter(snapshot, where, f"delete from {name}")
+        where = prepare_filter(snapshot, where, f"delete from {name}")  # text compared with dates typed
         ds = self._writable(name)
         from trimerge.lineage.tables.keyfilter import pinned_keys  # sqlglot: loaded by deletes only
 

@@ -145,14 +145,16 @@ def test_long_lists_of_dates_are_typed_and_bounded(stocks, cli):
     assert state(stocks) == before
 
 
-def test_a_transaction_given_a_date_text_says_what_to_write(stocks):
-    """Transaction.delete plans the filter as given: the error names the typed literal to write."""
+def test_a_transaction_types_a_date_text_as_every_delete_does(stocks):
+    """Transaction.delete types the filter as Repository.delete does; a text that is no date is
+    refused in one line naming the column's type, and changes nothing."""
     before = state(stocks)
-    with pytest.raises(InvalidOperationError, match=r"column 'date' is date32.*write date '2001-01-01'"):
+    with pytest.raises(InvalidOperationError, match=r"column 'date' is date32 and 'someday' is not a date"):
         with stocks.transaction() as tx:
-            tx.delete("stocks", "date < '2001-01-01'")
+            tx.delete("stocks", "date < 'someday'")
+    assert state(stocks) == before
     with stocks.transaction() as tx:
-        tx.delete("stocks", "date < date '2001-01-01'")
+        tx.delete("stocks", "date < '2001-01-01'")
     assert ids(stocks.read("stocks")) == [2, 3] and len(state(stocks)[1]) == len(before[1]) + 1
 
 
